@@ -1,0 +1,151 @@
+/**
+ * Configuration: defaults, then a config file, then environment variables,
+ * then flags (the later wins). Every source is checked against the same JSON
+ * Schema (config.schema.json, shipped in the package), so a bad value reads
+ * the same whichever way it came in. Reading files and the environment stays
+ * in the CLI; this module only turns text into options.
+ */
+import { parse as parseYaml } from 'yaml';
+import { PreflightError } from './errors.js';
+import { validateConfig, type SchemaError } from './config-validate.js';
+
+export interface ImageStart {
+  repository: string;
+  tag?: string;
+  entrypoint: string[];
+  cmd?: string[];
+}
+
+export interface Options {
+  timeoutSeconds: number;
+  pollIntervalSeconds: number;
+  logIntervalSeconds: number;
+  headroomMiB: number;
+  defaultUtilization: number;
+  onNvidiaSmiUnavailable: 'warn' | 'fail';
+  containerNames: string[];
+  images: ImageStart[];
+  diagnosticsFile?: string;
+}
+
+export const DEFAULT_OPTIONS: Readonly<Options> = Object.freeze({
+  timeoutSeconds: 300,
+  pollIntervalSeconds: 1,
+  logIntervalSeconds: 10,
+  headroomMiB: 0,
+  defaultUtilization: 0.9,
+  onNvidiaSmiUnavailable: 'warn',
+  containerNames: [],
+  images: [],
+});
+
+type Key = keyof Options;
+type ValueKind = 'number' | 'text' | 'list';
+
+/** Options settable by flag and environment variable (`images` needs a file). */
+export const SCALAR_OPTIONS: readonly { key: Key; flag: string; env: string; kind: ValueKind; help: string }[] = [
+  { key: 'timeoutSeconds', flag: '--timeout-seconds', env: 'VRAM_PREFLIGHT_TIMEOUT_SECONDS', kind: 'number', help: 'give up waiting for GPU memory after N seconds (default 300)' },
+  { key: 'pollIntervalSeconds', flag: '--poll-interval-seconds', env: 'VRAM_PREFLIGHT_POLL_INTERVAL_SECONDS', kind: 'number', help: 'seconds between nvidia-smi queries while waiting (default 1)' },
+  { key: 'logIntervalSeconds', flag: '--log-interval-seconds', env: 'VRAM_PREFLIGHT_LOG_INTERVAL_SECONDS', kind: 'number', help: 'seconds between progress lines while waiting (default 10)' },
+  { key: 'headroomMiB', flag: '--headroom-mib', env: 'VRAM_PREFLIGHT_HEADROOM_MIB', kind: 'number', help: 'extra MiB each GPU must have free (default 0)' },
+  { key: 'defaultUtilization', flag: '--default-utilization', env: 'VRAM_PREFLIGHT_DEFAULT_UTILIZATION', kind: 'number', help: 'utilization assumed when --gpu-memory-utilization is absent (default 0.9)' },
+  { key: 'onNvidiaSmiUnavailable', flag: '--on-nvidia-smi-unavailable', env: 'VRAM_PREFLIGHT_ON_NVIDIA_SMI_UNAVAILABLE', kind: 'text', help: 'warn|fail: when nvidia-smi is missing or unreadable (default warn)' },
+  { key: 'containerNames', flag: '--container-name', env: 'VRAM_PREFLIGHT_CONTAINER_NAMES', kind: 'list', help: 'only consider containers matching this name pattern (repeatable; env: comma list)' },
+  { key: 'diagnosticsFile', flag: '--diagnostics-file', env: 'VRAM_PREFLIGHT_DIAGNOSTICS_FILE', kind: 'text', help: 'also write warnings and errors to FILE (Helm 4 hides stderr)' },
+];
+
+export const CONFIG_FLAG = '--config';
+export const CONFIG_ENV = 'VRAM_PREFLIGHT_CONFIG';
+
+export type PartialOptions = Partial<Record<Key, unknown>>;
+
+function convert(kind: ValueKind, text: string): unknown {
+  if (kind === 'number') {
+    const trimmed = text.trim();
+    // Number('') is 0 and Number('0x10') is 16: accept plain decimals only.
+    return /^[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?$/.test(trimmed) ? Number(trimmed) : text;
+  }
+  if (kind === 'list') return text.split(',').map((s) => s.trim()).filter((s) => s !== '');
+  return text;
+}
+
+/** Options from `VRAM_PREFLIGHT_*` variables; an unknown one is an error, as a typo would otherwise be ignored. */
+export function optionsFromEnv(env: Readonly<Record<string, string | undefined>>): PartialOptions {
+  const result: PartialOptions = {};
+  for (const [name, value] of Object.entries(env)) {
+    if (!name.startsWith('VRAM_PREFLIGHT_') || value === undefined || name === CONFIG_ENV) continue;
+    const option = SCALAR_OPTIONS.find((o) => o.env === name);
+    if (!option) {
+      throw new PreflightError('BAD_OPTION', `unknown environment variable ${name}`, {
+        fix: `use one of ${[CONFIG_ENV, ...SCALAR_OPTIONS.map((o) => o.env)].join(', ')}`,
+      });
+    }
+    result[option.key] = convert(option.kind, value);
+  }
+  checkOptions(result, 'environment');
+  return result;
+}
+
+/** Options from flags already split off by the CLI (`--name value` / `--name=value`). */
+export function optionsFromFlags(flags: readonly { flag: string; value: string }[]): PartialOptions {
+  const result: PartialOptions = {};
+  for (const { flag, value } of flags) {
+    const option = SCALAR_OPTIONS.find((o) => o.flag === flag);
+    if (!option) throw new PreflightError('USAGE', `unknown option ${flag}`, { fix: 'see vram-preflight --help for the valid options' });
+    const converted = convert(option.kind, value);
+    if (option.kind === 'list') {
+      result[option.key] = [...((result[option.key] as string[] | undefined) ?? []), ...(converted as string[])];
+    } else {
+      result[option.key] = converted;
+    }
+  }
+  checkOptions(result, 'flags');
+  return result;
+}
+
+/** A config file's text (YAML or JSON; JSON is YAML). */
+export function optionsFromFile(text: string, path: string): PartialOptions {
+  let value: unknown;
+  try {
+    value = parseYaml(text, { prettyErrors: true });
+  } catch (error) {
+    throw new PreflightError('BAD_CONFIG', `config file ${path} is not valid YAML: ${(error as Error).message.split('\n')[0]}`);
+  }
+  if (value === null || value === undefined) return {};
+  if (typeof value !== 'object' || Array.isArray(value)) {
+    throw new PreflightError('BAD_CONFIG', `config file ${path} must hold a mapping of options`, { fix: 'see docs/configuration.md' });
+  }
+  const { $schema: _ignored, ...options } = value as Record<string, unknown>;
+  checkOptions(options, `config file ${path}`);
+  return options as PartialOptions;
+}
+
+export function mergeOptions(...layers: PartialOptions[]): Options {
+  const merged: Record<string, unknown> = { ...DEFAULT_OPTIONS };
+  for (const layer of layers) {
+    for (const [key, value] of Object.entries(layer)) if (value !== undefined) merged[key] = value;
+  }
+  checkOptions(merged, 'options');
+  return merged as unknown as Options;
+}
+
+function checkOptions(options: Record<string, unknown>, origin: string): void {
+  const errors = validateConfig(options);
+  if (errors.length === 0) return;
+  const code = origin.startsWith('config file') ? 'BAD_CONFIG' : 'BAD_OPTION';
+  throw new PreflightError(code, `invalid ${origin}: ${errors.map((e) => describeSchemaError(e)).join('; ')}`, {
+    fix: 'see vram-preflight --help and docs/configuration.md',
+  });
+}
+
+function describeSchemaError(error: SchemaError): string {
+  const key = error.path === '' ? '' : error.path.replace(/^\//, '').replace(/\//g, '.');
+  const label = key === '' ? 'the options' : `${key} (${flagFor(key)})`;
+  return `${label} ${error.message}`;
+}
+
+function flagFor(key: string): string {
+  const top = key.split('.')[0];
+  const option = SCALAR_OPTIONS.find((o) => o.key === top);
+  return option ? `${option.flag} / ${option.env}` : 'config file only';
+}

@@ -1,0 +1,78 @@
+/**
+ * The one error type. Every failure the user can cause carries a code, the
+ * document and container it is about, a position in the input stream where
+ * one is known, and the fix.
+ */
+
+export type ErrorCode =
+  | 'BAD_ENCODING'
+  | 'YAML_SYNTAX'
+  | 'UNKNOWN_START'
+  | 'BAD_UTILIZATION'
+  | 'UNREADABLE_UTILIZATION'
+  | 'BAD_ANNOTATION'
+  | 'BAD_CONTAINER'
+  | 'UNSUPPORTED_LAYOUT'
+  | 'BAD_OPTION'
+  | 'BAD_CONFIG'
+  | 'USAGE'
+  | 'IO';
+
+/** 1-based line and column in the whole input stream. */
+export interface SourcePosition {
+  line: number;
+  col: number;
+}
+
+/** How a user finds a document again: what Helm, kubectl and Argo CD show. */
+export interface DocumentRef {
+  /** 1-based position of the document in the stream. */
+  index: number;
+  /** 1-based line of the document's first line in the stream. */
+  line: number;
+  kind?: string;
+  name?: string;
+  /** Helm's `# Source: <chart path>` comment. */
+  source?: string;
+  /** Helm 4's postrenderer.helm.sh/postrender-filename annotation. */
+  helmFilename?: string;
+}
+
+export interface ErrorDetails {
+  document?: DocumentRef;
+  container?: string;
+  image?: string;
+  position?: SourcePosition;
+  fix?: string;
+}
+
+export class PreflightError extends Error {
+  readonly code: ErrorCode;
+  readonly details: ErrorDetails;
+
+  constructor(code: ErrorCode, message: string, details: ErrorDetails = {}) {
+    super(message);
+    this.name = 'PreflightError';
+    this.code = code;
+    this.details = details;
+  }
+
+  /** The message printed on stderr and into the diagnostics file. */
+  format(): string {
+    const { document, container, image, position, fix } = this.details;
+    const where: string[] = [];
+    if (document) where.push(describeDocument(document));
+    if (container !== undefined) where.push(`container "${container}"`);
+    if (image !== undefined) where.push(`image "${image}"`);
+    if (position) where.push(`line ${position.line}, column ${position.col}`);
+    const lines = [`error ${this.code}: ${where.length ? `${where.join(', ')}: ` : ''}${this.message}`];
+    if (fix) lines.push(`  fix: ${fix}`);
+    return lines.join('\n');
+  }
+}
+
+export function describeDocument(doc: DocumentRef): string {
+  const id = doc.kind || doc.name ? `${doc.kind ?? '?'}/${doc.name ?? '?'}` : `document ${doc.index}`;
+  const origin = doc.source ?? doc.helmFilename;
+  return origin ? `${id} (${origin})` : `${id} (document ${doc.index}, line ${doc.line})`;
+}

@@ -1,0 +1,47 @@
+/**
+ * `vram-preflight explain`: what the transform would do to each container and
+ * why, as a table a person reads before trusting a post-renderer.
+ */
+import type { Options } from './config.js';
+import { describeDocument } from './errors.js';
+import type { TransformResult } from './transform.js';
+
+function table(rows: string[][]): string {
+  const widths = rows[0]!.map((_, col) => Math.max(...rows.map((row) => row[col]!.length)));
+  return rows.map((row) => row.map((cell, col) => (col === row.length - 1 ? cell : cell.padEnd(widths[col]!))).join('  ')).join('\n');
+}
+
+export function renderExplanation(result: TransformResult, options: Options): string {
+  const header = ['WORKLOAD', 'CONTAINER', 'IMAGE', 'ACTION', 'UTILIZATION', 'GPUS', 'WHY'];
+  const rows = result.containers.map((c) => [
+    c.workload,
+    c.initContainer ? `${c.container} (init)` : c.container,
+    c.image ?? '-',
+    c.action,
+    c.utilization ? `${c.utilization.value} (${c.utilization.source})` : '-',
+    c.gpus.length ? c.gpus.join(',') : '-',
+    c.reason,
+  ]);
+  const lines: string[] = [];
+  lines.push(rows.length ? table([header, ...rows]) : 'No workload containers found in the input.');
+  const wrapped = result.containers.filter((c) => c.action === 'wrap' || c.action === 'rewrap' || c.action === 'unchanged');
+  lines.push('');
+  lines.push(
+    `Preflight settings: timeout ${options.timeoutSeconds}s, poll every ${options.pollIntervalSeconds}s, progress every ${options.logIntervalSeconds}s, headroom ${options.headroomMiB} MiB, nvidia-smi unavailable: ${options.onNvidiaSmiUnavailable}.`,
+  );
+  for (const c of wrapped) {
+    const budget = c.probeBudgetSeconds === undefined ? 'no startup or liveness probe' : `probe budget ${c.probeBudgetSeconds}s`;
+    lines.push(`  ${c.workload} ${c.container}: start from ${c.startOrigin}; utilization from ${c.utilization?.origin}; ${budget}.`);
+  }
+  if (result.warnings.length) {
+    lines.push('', 'Warnings:', ...result.warnings.map((w) => `  - ${w}`));
+  }
+  if (result.errors.length) {
+    lines.push('', 'Errors (the post-renderer would fail):', ...result.errors.map((e) => `  - ${e.format().replace(/\n/g, '\n    ')}`));
+  }
+  const docs = new Map(result.containers.map((c) => [c.document.index, c.document]));
+  if (docs.size) {
+    lines.push('', 'Documents:', ...[...docs.values()].map((d) => `  ${describeDocument(d)}`));
+  }
+  return `${lines.join('\n')}\n`;
+}

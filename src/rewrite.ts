@@ -1,0 +1,157 @@
+/**
+ * The rewrite: a surgical text edit of one container's `command` and `args`.
+ * Only the bytes of those two entries change; every other byte of the
+ * document, comments, quoting and Helm's odd indentation included, stays.
+ */
+import { isMap, isScalar, isSeq, type Node, type Pair, type YAMLMap } from 'yaml';
+import { PreflightError, type ErrorDetails } from './errors.js';
+
+export interface TextEdit {
+  start: number;
+  end: number;
+  text: string;
+}
+
+/** Applies non-overlapping edits to a text. */
+export function applyEdits(text: string, edits: readonly TextEdit[]): string {
+  let result = text;
+  for (const edit of [...edits].sort((a, b) => b.start - a.start)) {
+    result = result.slice(0, edit.start) + edit.text + result.slice(edit.end);
+  }
+  return result;
+}
+
+/**
+ * A YAML double-quoted string that any YAML 1.1 or 1.2 reader (go-yaml, the
+ * `yaml` package, PyYAML) reads back as exactly `value`: every character that
+ * is not printable, or that YAML 1.1 treats as a line break, is escaped.
+ */
+export function quoteYamlString(value: string): string {
+  let out = '"';
+  for (const ch of value) {
+    const code = ch.codePointAt(0)!;
+    if (ch === '"') out += '\\"';
+    else if (ch === '\\') out += '\\\\';
+    else if (ch === '\n') out += '\\n';
+    else if (ch === '\t') out += '\\t';
+    else if (code < 0x20 || (code >= 0x7f && code <= 0x9f) || code === 0x2028 || code === 0x2029 || code === 0xfeff || (code >= 0xd800 && code <= 0xdfff) || code === 0xfffe || code === 0xffff) {
+      out += `\\u${code.toString(16).padStart(4, '0')}`;
+    } else out += ch;
+  }
+  return `${out}"`;
+}
+
+/** A literal block scalar item, so the script reads as a script in the rendered manifest. */
+function blockScalarItem(value: string, itemIndent: string): string[] {
+  const body = value.endsWith('\n') ? value.slice(0, -1) : value;
+  // A literal block cannot hold a CR, nor start with indentation it would take as its own.
+  if (body === '' || body.includes('\r') || /^[ \t]/.test(body)) return [`${itemIndent}- ${quoteYamlString(value)}`];
+  const chomp = !value.endsWith('\n') ? '-' : value.endsWith('\n\n') ? '+' : '';
+  const indent = `${itemIndent}  `;
+  return [`${itemIndent}- |${chomp}`, ...body.split('\n').map((line) => (line === '' ? '' : `${indent}${line}`))];
+}
+
+/** `command:` and `args:` entries (no args entry when `args` is null), one line per item, at the container's key indentation. */
+export function renderStart(command: readonly string[], args: readonly string[] | null, keyIndent: string, nl: string): string {
+  const itemIndent = `${keyIndent}  `;
+  const lines = ['command:', ...command.map((item) => `${itemIndent}- ${quoteYamlString(item)}`)];
+  if (args !== null) lines.push(`${keyIndent}args:`);
+  (args ?? []).forEach((item, i) => {
+    if (i === 0 && item.includes('\n')) lines.push(...blockScalarItem(item, itemIndent));
+    else lines.push(`${itemIndent}- ${quoteYamlString(item)}`);
+  });
+  return lines.join(nl);
+}
+
+function lineStart(text: string, offset: number): number {
+  return text.lastIndexOf('\n', offset - 1) + 1;
+}
+
+/** Just past the end of the line holding `offset` (its newline included), or `offset` if a line starts there. */
+function pastLineEnd(text: string, offset: number): number {
+  if (offset > 0 && text[offset - 1] === '\n') return offset;
+  const newline = text.indexOf('\n', offset);
+  return newline === -1 ? text.length : newline + 1;
+}
+
+function keyName(pair: Pair): string | undefined {
+  return isScalar(pair.key) ? String(pair.key.value) : undefined;
+}
+
+function valueEnd(pair: Pair): number {
+  const value = pair.value as Node | null;
+  if (value?.range) return value.range[1];
+  return (pair.key as Node).range![1];
+}
+
+/**
+ * Edits that replace the container's `command`/`args` (or add them) with the
+ * given lists. `text` is the text the node ranges refer to.
+ */
+export function startEdits(
+  text: string,
+  container: YAMLMap,
+  command: readonly string[],
+  args: readonly string[] | null,
+  nl: string,
+  context: ErrorDetails,
+): TextEdit[] {
+  const first = container.items[0];
+  if (container.flow || !first || !(first.key as Node | null)?.range) {
+    throw new PreflightError('UNSUPPORTED_LAYOUT', 'the container is written as a flow mapping ({...}), which vram-preflight does not edit', {
+      ...context,
+      fix: 'write the container as a block mapping (one key per line), as helm and kubectl do',
+    });
+  }
+  const firstKeyStart = (first.key as Node).range![0];
+  const keyIndent = ' '.repeat(firstKeyStart - lineStart(text, firstKeyStart));
+  const rendered = renderStart(command, args, keyIndent, nl);
+  const existing = container.items
+    .filter((pair) => keyName(pair) === 'command' || keyName(pair) === 'args')
+    .sort((a, b) => (a.key as Node).range![0] - (b.key as Node).range![0]);
+
+  if (existing.length === 0) {
+    return [{ start: firstKeyStart, end: firstKeyStart, text: `${rendered}${nl}${keyIndent}` }];
+  }
+  return existing.map((pair, i) => {
+    const keyStart = (pair.key as Node).range![0];
+    const end = pastLineEnd(text, valueEnd(pair));
+    const rest = text.slice(valueEnd(pair), end);
+    if (!/^[ \t]*(#.*)?\r?\n?$/.test(rest)) {
+      throw new PreflightError('UNSUPPORTED_LAYOUT', `the container's ${keyName(pair)} is followed by other content on its last line`, {
+        ...context,
+        fix: 'put command and args on lines of their own',
+      });
+    }
+    const endsWithNewline = text[end - 1] === '\n';
+    if (i === 0) return { start: keyStart, end, text: endsWithNewline ? `${rendered}${nl}` : rendered };
+    const start = lineStart(text, keyStart);
+    if (text.slice(start, keyStart).trim() !== '') {
+      throw new PreflightError('UNSUPPORTED_LAYOUT', `the container's ${keyName(pair)} does not start a line of its own`, { ...context, fix: 'put command and args on lines of their own' });
+    }
+    return { start, end, text: '' };
+  });
+}
+
+/** A container's `command` or `args` as strings; null when absent, null or empty (Kubernetes: not given). */
+export function readArgv(container: YAMLMap, key: 'command' | 'args', text: string, context: ErrorDetails): string[] | null {
+  const node = container.get(key, true) as Node | null | undefined;
+  if (node === undefined || node === null) return null;
+  if (isScalar(node) && node.value === null) return null;
+  if (!isSeq(node)) {
+    throw new PreflightError('BAD_CONTAINER', `the container's ${key} is not a list`, { ...context, fix: `write ${key} as a list of strings` });
+  }
+  const items = node.items.map((item, i) => {
+    if (isScalar(item)) {
+      if (typeof item.value === 'string') return item.value;
+      // Kubernetes reads a plain 8080 or 0.9 in a string list as its text.
+      if (item.type === 'PLAIN' && item.value !== null && item.range) return text.slice(item.range[0], item.range[1]);
+    }
+    throw new PreflightError('BAD_CONTAINER', `${key}[${i}] of the container is not a string`, { ...context, fix: `quote ${key}[${i}]` });
+  });
+  return items.length === 0 ? null : items;
+}
+
+export function isBlockMap(node: unknown): node is YAMLMap {
+  return isMap(node);
+}

@@ -1,0 +1,2 @@
+/** Kept in step with package.json and plugin.yaml (a test checks all three). */
+export const VERSION = '0.1.0';
