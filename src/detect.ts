@@ -69,11 +69,16 @@ export function imageNamesVllm(image: string | undefined): boolean {
   return image !== undefined && parseImage(image).repository.includes('vllm');
 }
 
-/** Why a container is vLLM, or undefined when it is not. `argv` is command + args as written. */
-export function vllmEvidence(image: string | undefined, argv: readonly string[]): string | undefined {
+/**
+ * Why a container is vLLM, or undefined when it is not. `argv` is the start as
+ * written (command + args); `hasCommand` says whether a command replaces the
+ * image's ENTRYPOINT, in which case the image name alone proves nothing: an
+ * LMCache server or a download step in a vLLM image runs something else.
+ */
+export function vllmEvidence(image: string | undefined, argv: readonly string[], hasCommand: boolean): string | undefined {
   if (isHuggingfaceServerOnVllm(image, argv)) return 'KServe huggingfaceserver with --backend=vllm';
   if (argvStartsVllm(argv)) return 'its command starts vLLM';
-  if (imageNamesVllm(image)) return 'its image is a vLLM image';
+  if (!hasCommand && imageNamesVllm(image)) return 'its image is a vLLM image';
   return undefined;
 }
 

@@ -136,6 +136,7 @@ function validMode(v: unknown): 'warn' | 'fail' {
 const JUDGE_AWK = `
 function trim(x) { gsub(/^[ \\t\\r]+|[ \\t\\r]+$/, "", x); return x }
 function num(x) { return x ~ /^[0-9]+$/ && length(x) < 10 }
+/^[ \\t\\r]*$/ { next }
 { if (split($0, a, ",") != 4 || !num(trim(a[1]))) { if (!bad) bad = "nvidia-smi printed an unreadable line: " $0; next }
   k++; id[k] = trim(a[1]); uu[k] = trim(a[2]); tot[k] = trim(a[3]); fr[k] = trim(a[4]) }
 END {

@@ -68,7 +68,7 @@ export function resolveStart(
   const reference = parseImage(image);
   const configured = findConfiguredImage(reference, images);
   const known = configured ?? findKnownImage(reference);
-  const fixByConfig = `set the start in the container's command (e.g. command: ["vllm", "serve"]), or add the image to the config file: images: [{repository: "${reference.repository}", tag: "${reference.tag ?? '*'}", entrypoint: [...], cmd: [...]}]`;
+  const fixByConfig = `set the start in the container's command (e.g. command: ["vllm", "serve"]), or add the image to the config file: images: [{repository: "${reference.registry === 'docker.io' ? reference.repository.replace(/^library\//, '') : `${reference.registry}/${reference.repository}`}", tag: "${reference.tag ?? '*'}", entrypoint: [...], cmd: [...]}]`;
   if (!known) {
     const why =
       reference.tag === undefined && reference.digest !== undefined

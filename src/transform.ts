@@ -16,6 +16,7 @@ import {
   nvidiaGpus,
   runsOnCpu,
   vllmEvidence,
+  imageNamesVllm,
 } from './detect.js';
 import { isWrapped, resolveStart, WRAPPER_COMMAND } from './start.js';
 import { readUtilization, type EnvVar, type Utilization } from './utilization.js';
@@ -196,8 +197,13 @@ function visitContainer(node: YAMLMap, ctx: Context, base: Pick<ContainerReport,
       if (controls.skip) return `opted out by annotation ${ANNOTATION_SKIP}`;
       if (controls.forced) return undefined;
       if (!nameSelected(name, ctx.options.containerNames)) return `name not matched by containerNames (${ctx.options.containerNames.join(', ')})`;
-      const evidence = vllmEvidence(image, written);
-      if (!evidence) return 'not vLLM (neither its image nor its command names vLLM)';
+      // A wrapped start may come from the image ENTRYPOINT, so the image still counts then.
+      const evidence = vllmEvidence(image, written, command !== null && !wrapped);
+      if (!evidence) {
+        return command !== null && !wrapped && imageNamesVllm(image)
+          ? `its command runs ${written[0]}, not vLLM (name it in ${ANNOTATION_CONTAINERS} if it starts vLLM indirectly)`
+          : 'not vLLM (neither its image nor its command names vLLM)';
+      }
       if (gpus.length === 0) return 'no NVIDIA GPU requested (vLLM on CPU, AMD or Intel, or no GPU)';
       if (runsOnCpu(written)) return 'vLLM runs on CPU here (--device cpu)';
       report.reason = `${evidence}; NVIDIA GPU ${gpus.join(', ')}`;
@@ -276,6 +282,7 @@ function record(ctx: Context, report: ContainerReport, error?: unknown): void {
     ctx.result.errors.push(error);
   }
   ctx.result.containers.push(report);
+  if (error) return;
   for (const warning of report.warnings) {
     ctx.result.warnings.push(`${describeDocument(report.document)}, container "${report.container}": ${warning}`);
   }
@@ -326,7 +333,9 @@ export function transform(stream: string, options: Options): TransformResult {
       const syntax = doc.errors[0];
       if (syntax) {
         const position = lineAndColumn(stream, chunk.offset + syntax.pos[0]);
-        result.errors.push(new PreflightError('YAML_SYNTAX', syntax.message.split('\n')[0]!, { position, fix: 'fix the chart template that renders this document' }));
+        // The parser's own "at line N" counts from the chunk, not the stream: drop it.
+        const message = syntax.message.split('\n')[0]!.replace(/ at line \d+, column \d+:?$/, '');
+        result.errors.push(new PreflightError('YAML_SYNTAX', message, { position, fix: 'fix the chart template that renders this document' }));
         break;
       }
       const ref = documentRef(stream, chunk.offset, chunk.text, doc, index + i, i === 0 ? previous : undefined);
