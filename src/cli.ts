@@ -131,11 +131,20 @@ function report(io: CliIO, diagnosticsFile: string | undefined, lines: string[])
   }
 }
 
+function diagnosticsFileIn(argv: readonly string[]): string | undefined {
+  let found: string | undefined;
+  argv.forEach((arg, i) => {
+    if (arg.startsWith('--diagnostics-file=')) found = arg.slice('--diagnostics-file='.length);
+    else if (arg === '--diagnostics-file' && i + 1 < argv.length) found = argv[i + 1];
+  });
+  return found || undefined;
+}
+
 export async function main(argv: readonly string[], io: CliIO): Promise<number> {
   let args: ParsedArgs;
   let options: Options;
-  // Before options are known, the environment may still name a diagnostics file.
-  let diagnosticsFile = io.env.VRAM_PREFLIGHT_DIAGNOSTICS_FILE || undefined;
+  // An option error must reach the diagnostics file too, so find it before options parse.
+  let diagnosticsFile = diagnosticsFileIn(argv) ?? (io.env.VRAM_PREFLIGHT_DIAGNOSTICS_FILE || undefined);
   try {
     args = parseArgs(argv);
     if (args.command === 'help') {
@@ -146,8 +155,6 @@ export async function main(argv: readonly string[], io: CliIO): Promise<number> 
       io.stdout.write(`${VERSION}\n`);
       return 0;
     }
-    const diagnosticsFlag = args.flags.filter((f) => f.flag === '--diagnostics-file').pop();
-    if (diagnosticsFlag) diagnosticsFile = diagnosticsFlag.value;
     options = resolveOptions(args, io);
     diagnosticsFile = options.diagnosticsFile;
   } catch (error) {

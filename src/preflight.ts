@@ -200,8 +200,8 @@ die() { say "$2"; printf 'vram-preflight: %s\\n' "$2" 2>/dev/null >"$msg_file" |
 [ "$#" -gt 0 ] || die ${EXIT_NO_COMMAND} 'no command to start after --'
 t0='' logged='' s=''
 # As PID 1 the shell ignores signals it does not trap.
-trap 'kill "$s" 2>/dev/null; say "SIGTERM while waiting for GPU memory, exiting"; exit ${EXIT_SIGTERM}' TERM
-trap 'kill "$s" 2>/dev/null; say "SIGINT while waiting for GPU memory, exiting"; exit ${EXIT_SIGINT}' INT
+trap 'kill "$s" 2>/dev/null || :; say "SIGTERM while waiting for GPU memory, exiting"; exit ${EXIT_SIGTERM}' TERM
+trap 'kill "$s" 2>/dev/null || :; say "SIGINT while waiting for GPU memory, exiting"; exit ${EXIT_SIGINT}' INT
 # shellcheck disable=SC2016 # an awk program: its $ are awk's, not the shell's
 judge='${JUDGE_AWK.trim()}'
 while :; do

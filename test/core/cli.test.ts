@@ -1,0 +1,136 @@
+import { readFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { describe, expect, it } from 'vitest';
+import { VERSION } from '../../src/version.js';
+import { runCli } from './run-cli.js';
+
+const realVllm = readFileSync(join(import.meta.dirname, '../../fixtures/real/vllm.input.yaml'), 'utf8');
+const pkg = JSON.parse(readFileSync(join(import.meta.dirname, '../../package.json'), 'utf8')) as { version: string };
+
+describe('CLI', () => {
+  it('--version prints the package version', async () => {
+    const run = await runCli(['--version'], '');
+    expect(run).toMatchObject({ code: 0, stdout: `${pkg.version}\n` });
+    expect(VERSION).toBe(pkg.version);
+  });
+
+  it('--help lists every option with its environment variable', async () => {
+    const run = await runCli(['--help'], '');
+    expect(run.code).toBe(0);
+    for (const text of ['--timeout-seconds', 'VRAM_PREFLIGHT_TIMEOUT_SECONDS', '--config', '--diagnostics-file', 'explain', 'vram-preflight.io/skip']) {
+      expect(run.stdout).toContain(text);
+    }
+  });
+
+  it('empty input gives empty output and exit 0', async () => {
+    expect(await runCli([], '')).toMatchObject({ code: 0, stdout: '', stderr: '' });
+  });
+
+  it('an unknown option is a usage error (exit 2) that lists the valid ones, with nothing on stdout', async () => {
+    const run = await runCli(['--timeout=5'], realVllm);
+    expect(run.code).toBe(2);
+    expect(run.stdout).toBe('');
+    expect(run.stderr).toContain('unknown option --timeout');
+    expect(run.stderr).toContain('--timeout-seconds');
+  });
+
+  it('an invalid value names the option, its env var and the constraint', async () => {
+    const run = await runCli(['--timeout-seconds', 'soon'], realVllm);
+    expect(run.code).toBe(2);
+    expect(run.stdout).toBe('');
+    expect(run.stderr).toContain('timeoutSeconds (--timeout-seconds / VRAM_PREFLIGHT_TIMEOUT_SECONDS) must be integer');
+    const enumRun = await runCli(['--on-nvidia-smi-unavailable=ignore'], realVllm);
+    expect(enumRun.stderr).toContain('must be one of "warn", "fail"');
+  });
+
+  it('a flag without a value is a usage error', async () => {
+    const run = await runCli(['--headroom-mib'], realVllm);
+    expect(run.code).toBe(2);
+    expect(run.stderr).toContain('needs a value');
+  });
+
+  it('environment variables set options; flags win over them', async () => {
+    const fromEnv = await runCli([], realVllm, { env: { VRAM_PREFLIGHT_TIMEOUT_SECONDS: '777' } });
+    expect(fromEnv.code).toBe(0);
+    expect(fromEnv.stdout).toContain('timeout_s=777');
+    const both = await runCli(['--timeout-seconds=888'], realVllm, { env: { VRAM_PREFLIGHT_TIMEOUT_SECONDS: '777' } });
+    expect(both.stdout).toContain('timeout_s=888');
+  });
+
+  it('an unknown VRAM_PREFLIGHT_ variable is an error (a typo would otherwise be ignored)', async () => {
+    const run = await runCli([], realVllm, { env: { VRAM_PREFLIGHT_TIMEOUT: '5' } });
+    expect(run.code).toBe(2);
+    expect(run.stdout).toBe('');
+    expect(run.stderr).toContain('unknown environment variable VRAM_PREFLIGHT_TIMEOUT');
+  });
+
+  it('a config file is validated against the schema: unknown keys and bad values are errors', async () => {
+    const dir = join(import.meta.dirname, '../../fixtures/config');
+    const good = await runCli(['--config', 'good.yaml'], realVllm, { cwd: dir });
+    expect(good.code).toBe(0);
+    expect(good.stdout).toContain('timeout_s=420');
+    const bad = await runCli(['--config', 'bad.yaml'], realVllm, { cwd: dir });
+    expect(bad.code).toBe(2);
+    expect(bad.stdout).toBe('');
+    expect(bad.stderr).toContain('unknown key "timeout"');
+    expect(bad.stderr).toContain('headroomMiB');
+    const missing = await runCli(['--config', 'absent.yaml'], realVllm, { cwd: dir });
+    expect(missing.code).toBe(2);
+    expect(missing.stderr).toContain('cannot read config file absent.yaml: ENOENT');
+    const viaEnv = await runCli([], realVllm, { cwd: dir, env: { VRAM_PREFLIGHT_CONFIG: 'good.yaml', VRAM_PREFLIGHT_TIMEOUT_SECONDS: '500' } });
+    expect(viaEnv.stdout).toContain('timeout_s=500');
+  });
+
+  it('input that is not UTF-8 is refused rather than changed', async () => {
+    const run = await runCli([], Uint8Array.from([0x61, 0x3a, 0x20, 0xff, 0x0a]));
+    expect(run.code).toBe(1);
+    expect(run.stdout).toBe('');
+    expect(run.stderr).toContain('BAD_ENCODING');
+  });
+
+  it('the diagnostics file receives errors (Helm 4 discards stderr) and warnings', async () => {
+    const failing = realVllm.replace('lmcache/vllm-openai:v0.5.2', 'lmcache/vllm-openai:custom');
+    const run = await runCli(['--diagnostics-file', '/tmp/diag.txt'], failing);
+    expect(run.code).toBe(1);
+    expect(run.stdout).toBe('');
+    expect(run.files.get('/tmp/diag.txt')).toContain('error UNKNOWN_START: Deployment/fixture-vllm-main (inference-server/charts/modelServing/templates/common.yaml), container "model"');
+    const viaEnv = await runCli(['--timeout-seconds=9999'], realVllm, { env: { VRAM_PREFLIGHT_DIAGNOSTICS_FILE: '/tmp/d2.txt' } });
+    expect(viaEnv.code).toBe(0);
+    expect(viaEnv.files.get('/tmp/d2.txt')).toContain('startupProbe budget of 1800s');
+    const optionError = await runCli(['--diagnostics-file=/tmp/d3.txt', '--nope=1'], realVllm);
+    expect(optionError.code).toBe(2);
+    expect(optionError.files.get('/tmp/d3.txt')).toContain('unknown option --nope');
+  });
+
+  it('explain prints every container, the decision, the utilization and the GPUs', async () => {
+    const run = await runCli(['explain'], realVllm);
+    expect(run.code).toBe(0);
+    const row = run.stdout.split('\n').find((line) => line.startsWith('Deployment/fixture-vllm-main'));
+    expect(row).toMatch(/model\s+lmcache\/vllm-openai:v0\.5\.2\s+wrap\s+0\.9 \(args\)\s+nvidia\.com\/gpu=1/);
+    expect(run.stdout).toMatch(/Job\/fixture-vllm-seed\s+seed\s+python:3\.12-slim\s+skip/);
+    expect(run.stdout).toContain('probe budget 1800s');
+  });
+
+  it('explain warns when the timeout outlasts the probe budget and when the utilization is absent', async () => {
+    const noFlag = realVllm.replace('          - --gpu-memory-utilization\n          - "0.9"\n', '');
+    const run = await runCli(['explain', '--timeout-seconds=1800'], noFlag);
+    expect(run.code).toBe(0);
+    expect(run.stdout).toContain('0.9 (default)');
+    expect(run.stdout).toContain('no --gpu-memory-utilization');
+    expect(run.stdout).toContain('not below the startupProbe budget of 1800s');
+  });
+
+  it('explain shows would-be errors in the table and exits 1', async () => {
+    const failing = realVllm.replace('lmcache/vllm-openai:v0.5.2', 'lmcache/vllm-openai@sha256:abc');
+    const run = await runCli(['explain'], failing);
+    expect(run.code).toBe(1);
+    expect(run.stdout).toMatch(/model\s+lmcache\/vllm-openai@sha256:abc\s+error/);
+    expect(run.stdout).toContain('Errors (the post-renderer would fail)');
+  });
+
+  it('an unexpected positional argument is a usage error', async () => {
+    const run = await runCli(['chart.yaml'], realVllm);
+    expect(run.code).toBe(2);
+    expect(run.stderr).toContain('reads the manifests on stdin');
+  });
+});
