@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# The one command that runs every test on a fresh machine (CI runs it through
+# .ci/run): installs the Debian packages the tests execute (real shells,
+# shellcheck, unzip, hyperfine), the npm dependencies and the real helm
+# binaries, builds the bundle, type-checks, then runs vitest.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+# command -> Debian package that provides it
+packages=(dash:dash busybox:busybox shellcheck:shellcheck unzip:unzip unshare:util-linux hyperfine:hyperfine)
+missing=()
+for entry in "${packages[@]}"; do
+  command -v "${entry%%:*}" >/dev/null 2>&1 || missing+=("${entry#*:}")
+done
+if [ "${#missing[@]}" -gt 0 ]; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    echo "test.sh: installing ${missing[*]}"
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  else
+    echo "test.sh: missing Debian packages: ${missing[*]} (install them, or run as root with apt-get)" >&2
+    exit 1
+  fi
+fi
+
+npm ci --no-audit --no-fund
+bash scripts/fetch-helm.sh
+node scripts/generate-validator.mjs --check
+node scripts/build.mjs
+npx tsc --noEmit
+npx vitest run
