@@ -112,7 +112,9 @@ function resolveOptions(args: ParsedArgs, io: CliIO): Options {
 async function readAll(stdin: AsyncIterable<Uint8Array | string>): Promise<string> {
   const parts: Uint8Array[] = [];
   for await (const part of stdin) parts.push(typeof part === 'string' ? Buffer.from(part, 'utf8') : part);
-  const bytes = Buffer.concat(parts);
+  const bytes = parts.length === 1 ? parts[0]! : Buffer.concat(parts);
+  // Let the chunks go before decoding: a large stream should not be held three times.
+  parts.length = 0;
   try {
     // fatal: a byte that is not UTF-8 would otherwise come back changed; ignoreBOM keeps a BOM as text.
     return new TextDecoder('utf-8', { fatal: true, ignoreBOM: true }).decode(bytes);
@@ -180,7 +182,7 @@ export async function main(argv: readonly string[], io: CliIO): Promise<number> 
       return 1;
     }
     report(io, diagnosticsFile, warnings);
-    io.stdout.write(result.output);
+    for (const piece of result.pieces) io.stdout.write(piece);
     return 0;
   } catch (error) {
     if (!(error instanceof PreflightError)) throw error;

@@ -15,6 +15,8 @@
  *   pasted in unchecked.
  */
 
+import { PreflightError, type ErrorCode } from './errors.js';
+
 /** First characters of every generated script; also how a wrapped container is recognised. */
 export const PREFLIGHT_MARKER_PREFIX = '# vram-preflight ';
 
@@ -62,15 +64,26 @@ export const PREFLIGHT_LIMITS = {
   terminationMessagePathMaxLength: 4096,
 } as const;
 
-function fail(what: string, value: unknown, rule: string): never {
-  throw new Error(`vram-preflight: invalid ${what} ${JSON.stringify(value) ?? String(value)}: ${rule}`);
+const CODES: Partial<Record<keyof PreflightSettings, ErrorCode>> = {
+  utilization: 'BAD_UTILIZATION',
+  terminationMessagePath: 'BAD_CONTAINER',
+};
+
+/** Throws the project's PreflightError, so a caller reports it against the container. */
+function fail(what: keyof PreflightSettings | 'settings', value: unknown, rule: string): never {
+  const shown = typeof value === 'number' ? String(value) : (JSON.stringify(value) ?? String(value));
+  throw new PreflightError(
+    (what !== 'settings' && CODES[what]) || 'BAD_OPTION',
+    `invalid ${what} ${shown} for the preflight script: ${rule}`,
+    { fix: `${what} ${rule}` },
+  );
 }
 
 function isNumber(v: unknown): v is number {
   return typeof v === 'number' && Number.isFinite(v);
 }
 
-function integerIn(what: string, v: unknown, min: number, max: number): string {
+function integerIn(what: keyof PreflightSettings, v: unknown, min: number, max: number): string {
   if (!isNumber(v) || !Number.isInteger(v) || v < min || v > max) {
     fail(what, v, `must be an integer from ${min} to ${max}`);
   }
@@ -131,11 +144,13 @@ function validMode(v: unknown): 'warn' | 'fail' {
  * the rest is the message. Inputs come in with -v (see the script below).
  * Integer-exact need: utilization "0.9" becomes 9/10 and need = ceil(total*9/10);
  * total <= 1e8 MiB and numerator <= 1e6 keep every product below 2^53, where awk's
- * doubles are exact and int(x/den) is the true floor.
+ * doubles are exact and int(x/den) is the true floor. dec() strips leading zeros
+ * because busybox awk reads "010" as octal.
  */
 const JUDGE_AWK = `
 function trim(x) { gsub(/^[ \\t\\r]+|[ \\t\\r]+$/, "", x); return x }
 function num(x) { return x ~ /^[0-9]+$/ && length(x) < 10 }
+function dec(x) { sub(/^0+/, "", x); return x + 0 }
 /^[ \\t\\r]*$/ { next }
 { if (split($0, a, ",") != 4 || !num(trim(a[1]))) { if (!bad) bad = "nvidia-smi printed an unreadable line: " $0; next }
   k++; id[k] = trim(a[1]); uu[k] = trim(a[2]); tot[k] = trim(a[3]); fr[k] = trim(a[4]) }
@@ -148,18 +163,18 @@ END {
     for (i = 1; i <= m; i++) {
       e = trim(w[i]); hit = 0
       for (j = 1; j <= k; j++)
-        if (e ~ /^[0-9]+$/ ? e + 0 == id[j] + 0 : e != "" && (index(uu[j], e) == 1 || index(uu[j], "GPU-" e) == 1)) { sel[j] = 1; hit = 1 }
+        if (e ~ /^[0-9]+$/ ? dec(e) == dec(id[j]) : e != "" && (index(uu[j], e) == 1 || index(uu[j], "GPU-" e) == 1)) { sel[j] = 1; hit = 1 }
       if (!hit && e != "") bad = "CUDA_VISIBLE_DEVICES entry \\"" e "\\" matches no GPU that nvidia-smi lists"
     }
   } else for (j = 1; j <= k; j++) sel[j] = 1
   split(u, d, "."); den = 1
   for (i = length(d[2]); i > 0; i--) den *= 10
-  nu = d[1] * den + d[2]
+  nu = dec(d[1]) * den + dec(d[2])
   for (j = 1; j <= k && !bad; j++) if (sel[j]) {
-    if (!num(tot[j]) || !num(fr[j]) || tot[j] + 0 > 1e8) { bad = "GPU " id[j] " memory reads total=" tot[j] " free=" fr[j]; break }
-    x = tot[j] * nu; need = int(x / den); if (need * den < x) need++
+    if (!num(tot[j]) || !num(fr[j]) || dec(tot[j]) > 1e8) { bad = "GPU " id[j] " memory reads total=" tot[j] " free=" fr[j]; break }
+    x = dec(tot[j]) * nu; need = int(x / den); if (need * den < x) need++
     need += h; n++
-    gap = need - fr[j]
+    gap = need - dec(fr[j])
     if (n == 1 || gap > worst) { worst = gap; g = "GPU " id[j] " has " fr[j] " MiB free, needs " need " MiB (" u " x " tot[j] " MiB total + " h " MiB headroom)" }
     if (gap > 0) short++
   }
@@ -225,7 +240,7 @@ done
 exec "$@"
 `;
   if (script.includes('$(') || script.includes('$$')) {
-    throw new Error('vram-preflight: internal error: preflight script contains $( or $$');
+    throw new Error('internal error: the preflight script contains $( or $$');
   }
   return script;
 }

@@ -36,13 +36,32 @@ export function lineEnding(text: string): '\n' | '\r\n' {
   return newline > 0 && text[newline - 1] === '\r' ? '\r\n' : '\n';
 }
 
-/** 1-based line and column of an offset in the stream (used for messages only). */
-export function lineAndColumn(stream: string, offset: number): { line: number; col: number } {
-  let line = 1;
-  let lineStart = 0;
-  for (let i = stream.indexOf('\n'); i !== -1 && i < offset; i = stream.indexOf('\n', i + 1)) {
-    line += 1;
-    lineStart = i + 1;
+/**
+ * Line and column of offsets in one text, for messages. The newline table is
+ * built on first use, once, so a run that reports nothing never pays for it
+ * and a run that reports many positions scans the stream once.
+ */
+export class LineIndex {
+  private lineStarts: number[] | undefined;
+
+  constructor(private readonly text: string) {}
+
+  /** 1-based line and column of `offset`. */
+  position(offset: number): { line: number; col: number } {
+    const starts = (this.lineStarts ??= this.build());
+    let low = 0;
+    let high = starts.length - 1;
+    while (low < high) {
+      const mid = (low + high + 1) >> 1;
+      if (starts[mid]! <= offset) low = mid;
+      else high = mid - 1;
+    }
+    return { line: low + 1, col: offset - starts[low]! + 1 };
   }
-  return { line, col: offset - lineStart + 1 };
+
+  private build(): number[] {
+    const starts = [0];
+    for (let i = this.text.indexOf('\n'); i !== -1; i = this.text.indexOf('\n', i + 1)) starts.push(i + 1);
+    return starts;
+  }
 }

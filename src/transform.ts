@@ -6,7 +6,7 @@
 import { isMap, isSeq, parseAllDocuments, type Document, type Node, type YAMLMap } from 'yaml';
 import type { Options } from './config.js';
 import { describeDocument, PreflightError, type DocumentRef, type ErrorDetails } from './errors.js';
-import { lineAndColumn, lineEnding, splitStream } from './stream.js';
+import { LineIndex, lineEnding, splitStream } from './stream.js';
 import { findWorkloadKind, LIST_KIND, type TemplatePath } from './workloads.js';
 import {
   ANNOTATION_CONTAINERS,
@@ -47,16 +47,25 @@ export interface ContainerReport {
 }
 
 export interface TransformResult {
-  output: string;
+  /** The output stream, in pieces (one per document chunk); empty when there are errors. */
+  readonly pieces: readonly string[];
+  /** The pieces joined (computed on first read). */
+  readonly output: string;
   containers: ContainerReport[];
   errors: PreflightError[];
   warnings: string[];
 }
 
-/** Cheap text test that decides whether a document is parsed at all. */
-function candidatePattern(options: Options): RegExp {
+/**
+ * Cheap text test that decides whether a document is parsed at all: it must
+ * hold containers and mention vLLM, an earlier wrap, an annotation of ours or
+ * a configured image. Anything else cannot need a rewrite.
+ */
+function candidateTest(options: Options): (text: string) => boolean {
   const words = ['vllm', 'vram-preflight', ...options.images.map((i) => i.repository)];
-  return new RegExp(words.map((w) => w.replace(/[\\^$.|?*+()[\]{}]/g, '\\$&')).join('|'), 'i');
+  const mentions = new RegExp(words.map((w) => w.replace(/[\\^$.|?*+()[\]{}]/g, '\\$&')).join('|'), 'i');
+  const containers = /containers"?\s*:/;
+  return (text) => containers.test(text) && mentions.test(text);
 }
 
 type Plain = Record<string, unknown>;
@@ -75,7 +84,7 @@ function getNode(map: unknown, path: readonly string[]): unknown {
 }
 
 interface Context {
-  stream: string;
+  lines: LineIndex;
   chunkOffset: number;
   chunkText: string;
   doc: Document;
@@ -97,13 +106,19 @@ function probeBudget(container: Plain): number | undefined {
   return n(probe.initialDelaySeconds, 0) + n(probe.failureThreshold, 3) * n(probe.periodSeconds, 10);
 }
 
-function visitObject(node: unknown, ctx: Context, where: string): void {
-  if (!isMap(node)) return;
-  const value = asObject(node.toJS(ctx.doc));
-  if (!value) return;
+/** Plain values were converted once per document; nodes and values are walked side by side. */
+function valueAt(value: unknown, path: readonly (string | number)[]): unknown {
+  let current = value;
+  for (const key of path) current = (current as Record<string | number, unknown> | undefined)?.[key];
+  return current;
+}
+
+function visitObject(node: unknown, objectValue: unknown, ctx: Context, where: string): void {
+  const value = asObject(objectValue);
+  if (!isMap(node) || !value) return;
   if (value.kind === LIST_KIND) {
     const items = node.get('items', true);
-    if (isSeq(items)) items.items.forEach((item, i) => visitObject(item, ctx, `${where}items[${i}].`));
+    if (isSeq(items)) items.items.forEach((item, i) => visitObject(item, valueAt(value, ['items', i]), ctx, `${where}items[${i}].`));
     return;
   }
   const kind = findWorkloadKind(value.kind, value.apiVersion);
@@ -115,7 +130,7 @@ function visitObject(node: unknown, ctx: Context, where: string): void {
 function visitTemplate(objectNode: YAMLMap, objectValue: Plain, path: TemplatePath, ctx: Context, workload: string, where: string): void {
   const templateNode = getNode(objectNode, path);
   if (!isMap(templateNode)) return;
-  const template = asObject(templateNode.toJS(ctx.doc)) ?? {};
+  const template = asObject(valueAt(objectValue, path)) ?? {};
   const annotations = { ...annotationsOf(objectValue), ...(path.length ? annotationsOf(template) : {}) };
   const templatePath = `${where}${path.join('.') || '(object)'}`;
   const base = { document: ctx.ref, workload, template: templatePath };
@@ -142,19 +157,22 @@ function visitTemplate(objectNode: YAMLMap, objectValue: Plain, path: TemplatePa
   const spec = getNode(templateNode, ['spec']);
   const containers = getNode(spec, ['containers']);
   const initContainers = getNode(spec, ['initContainers']);
+  const containerValues = valueAt(template, ['spec', 'containers']);
+  const initContainerValues = valueAt(template, ['spec', 'initContainers']);
   if (isSeq(initContainers)) {
-    for (const item of initContainers.items) {
-      const c = asObject((item as Node).toJS(ctx.doc)) ?? {};
+    for (const [i] of initContainers.items.entries()) {
+      const c = asObject(valueAt(initContainerValues, [i])) ?? {};
       record(ctx, { ...base, container: String(c.name ?? '?'), initContainer: true, image: c.image as string | undefined, action: 'skip', reason: 'init container: it does not re-run when the model container restarts', gpus: nvidiaGpus(c.resources), warnings: [] });
     }
   }
   const names = new Set<string>();
   if (isSeq(containers)) {
-    for (const item of containers.items) {
+    for (const [i, item] of containers.items.entries()) {
       if (!isMap(item)) continue;
-      const name = String(item.get('name') ?? '?');
+      const container = asObject(valueAt(containerValues, [i])) ?? {};
+      const name = String(container.name ?? '?');
       names.add(name);
-      visitContainer(item, ctx, base, {
+      visitContainer(item, container, ctx, base, {
         skip: skipValue === 'true',
         forced: forced.has(name),
         utilizationAnnotation: typeof utilValue === 'string' ? { key: ANNOTATION_UTILIZATION, value: utilValue } : undefined,
@@ -175,8 +193,7 @@ interface PodControls {
   utilizationAnnotation?: { key: string; value: string };
 }
 
-function visitContainer(node: YAMLMap, ctx: Context, base: Pick<ContainerReport, 'document' | 'workload' | 'template'>, controls: PodControls): void {
-  const container = asObject(node.toJS(ctx.doc)) ?? {};
+function visitContainer(node: YAMLMap, container: Plain, ctx: Context, base: Pick<ContainerReport, 'document' | 'workload' | 'template'>, controls: PodControls): void {
   const name = String(container.name ?? '?');
   const image = typeof container.image === 'string' ? container.image : undefined;
   const gpus = nvidiaGpus(container.resources);
@@ -185,7 +202,7 @@ function visitContainer(node: YAMLMap, ctx: Context, base: Pick<ContainerReport,
     document: ctx.ref,
     container: name,
     image,
-    position: node.range ? lineAndColumn(ctx.stream, ctx.chunkOffset + node.range[0]) : undefined,
+    position: node.range ? ctx.lines.position(ctx.chunkOffset + node.range[0]) : undefined,
   };
   try {
     const command = readArgv(node, 'command', ctx.chunkText, context);
@@ -292,19 +309,18 @@ const SOURCE_COMMENT = /^# Source: (.+?)\r?$/m;
 /** A chunk of comments only: Helm 4 prints `---\n# Source: x\n---\n<document>`. */
 const COMMENTS_ONLY = /^(---[ \t]*\r?\n?)?([ \t]*(#.*)?\r?(\n|$))*$/;
 
-function documentRef(stream: string, chunkOffset: number, chunkText: string, doc: Document, index: number, previousChunk: string | undefined): DocumentRef {
+function documentRef(lines: LineIndex, chunkOffset: number, chunkText: string, doc: Document, value: Plain | undefined, index: number, previousChunk: string | undefined): DocumentRef {
   const contents = doc.contents as Node | null;
   const contentStart = contents?.range?.[0] ?? doc.range?.[0] ?? 0;
   const before = chunkText.slice(0, contentStart);
   const source =
     SOURCE_COMMENT.exec(before)?.[1] ??
     (previousChunk !== undefined && COMMENTS_ONLY.test(previousChunk) ? SOURCE_COMMENT.exec(previousChunk)?.[1] : undefined);
-  const value = asObject(contents && isMap(contents) ? contents.toJS(doc) : undefined);
   const metadata = asObject(value?.metadata);
   const helmFilename = asObject(metadata?.annotations)?.['postrenderer.helm.sh/postrender-filename'];
   return {
     index,
-    line: lineAndColumn(stream, chunkOffset + contentStart).line,
+    line: lines.position(chunkOffset + contentStart).line,
     kind: typeof value?.kind === 'string' ? value.kind : undefined,
     name: typeof metadata?.name === 'string' ? metadata.name : undefined,
     source,
@@ -313,43 +329,47 @@ function documentRef(stream: string, chunkOffset: number, chunkText: string, doc
 }
 
 export function transform(stream: string, options: Options): TransformResult {
-  const result: TransformResult = { output: '', containers: [], errors: [], warnings: [] };
-  const candidate = candidatePattern(options);
   const pieces: string[] = [];
+  let joined: string | undefined;
+  const result = { pieces, containers: [], errors: [], warnings: [] } as unknown as TransformResult;
+  // Joined on demand: the CLI writes the pieces, so a large stream is never copied whole.
+  Object.defineProperty(result, 'output', { get: () => (result.errors.length ? '' : (joined ??= pieces.join(''))) });
+  const isCandidate = candidateTest(options);
+  const lines = new LineIndex(stream);
   let index = 0;
   let previousChunk: string | undefined;
   for (const chunk of splitStream(stream)) {
     index += 1;
     const previous = previousChunk;
     previousChunk = chunk.text;
-    if (!candidate.test(chunk.text)) {
+    if (!isCandidate(chunk.text)) {
       pieces.push(chunk.text);
       continue;
     }
     const docs = parseAllDocuments(chunk.text);
     const edits: TextEdit[] = [];
-    const list = Array.isArray(docs) ? docs : [];
-    for (const [i, doc] of list.entries()) {
+    for (const [i, doc] of (Array.isArray(docs) ? docs : []).entries()) {
       const syntax = doc.errors[0];
       if (syntax) {
-        const position = lineAndColumn(stream, chunk.offset + syntax.pos[0]);
         // The parser's own "at line N" counts from the chunk, not the stream: drop it.
         const message = syntax.message.split('\n')[0]!.replace(/ at line \d+, column \d+:?$/, '');
+        const position = lines.position(chunk.offset + syntax.pos[0]);
         result.errors.push(new PreflightError('YAML_SYNTAX', message, { position, fix: 'fix the chart template that renders this document' }));
         break;
       }
-      const ref = documentRef(stream, chunk.offset, chunk.text, doc, index + i, i === 0 ? previous : undefined);
-      const ctx: Context = { stream, chunkOffset: chunk.offset, chunkText: chunk.text, doc, ref, nl: lineEnding(chunk.text), options, edits, result };
+      let value: unknown;
       try {
-        visitObject(doc.contents, ctx, '');
+        value = doc.toJS();
       } catch (error) {
-        // toJS refuses alias bombs and the like: report it as a YAML problem of this document.
-        if (error instanceof PreflightError) throw error;
-        result.errors.push(new PreflightError('YAML_SYNTAX', (error as Error).message, { document: ref }));
+        // toJS refuses alias bombs and the like: a YAML problem of this document.
+        result.errors.push(new PreflightError('YAML_SYNTAX', (error as Error).message, { position: lines.position(chunk.offset + (doc.range?.[0] ?? 0)) }));
+        continue;
       }
+      const ref = documentRef(lines, chunk.offset, chunk.text, doc, asObject(value), index + i, i === 0 ? previous : undefined);
+      const ctx: Context = { lines, chunkOffset: chunk.offset, chunkText: chunk.text, doc, ref, nl: lineEnding(chunk.text), options, edits, result };
+      visitObject(doc.contents, value, ctx, '');
     }
     pieces.push(edits.length ? applyEdits(chunk.text, edits) : chunk.text);
   }
-  result.output = result.errors.length ? '' : pieces.join('');
   return result;
 }

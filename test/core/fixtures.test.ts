@@ -89,3 +89,15 @@ describe('real renders of the chart the bug was found in', () => {
     });
   }
 });
+
+describe('docs/errors.md', () => {
+  it('quotes the error fixtures exactly as the tool prints them', () => {
+    const doc = readFileSync(join(import.meta.dirname, '../../docs/errors.md'), 'utf8');
+    const quoted = cases.filter((name) => name.startsWith('error-'));
+    expect(quoted.length).toBeGreaterThanOrEqual(10);
+    for (const name of quoted) {
+      expect(doc, name).toContain(`### ${name}`);
+      expect(doc, name).toContain(readFileSync(join(casesDir, name, 'expected-stderr.txt'), 'utf8').trimEnd());
+    }
+  });
+});
