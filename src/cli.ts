@@ -7,6 +7,7 @@
  * found such a container); 2 usage or option error. On any error nothing is
  * written to stdout.
  */
+import { isUtf8 } from 'node:buffer';
 import {
   CONFIG_ENV,
   CONFIG_FLAG,
@@ -112,15 +113,15 @@ function resolveOptions(args: ParsedArgs, io: CliIO): Options {
 async function readAll(stdin: AsyncIterable<Uint8Array | string>): Promise<string> {
   const parts: Uint8Array[] = [];
   for await (const part of stdin) parts.push(typeof part === 'string' ? Buffer.from(part, 'utf8') : part);
-  const bytes = parts.length === 1 ? parts[0]! : Buffer.concat(parts);
-  // Let the chunks go before decoding: a large stream should not be held three times.
+  const bytes = parts.length === 1 ? Buffer.from(parts[0]!) : Buffer.concat(parts);
   parts.length = 0;
-  try {
-    // fatal: a byte that is not UTF-8 would otherwise come back changed; ignoreBOM keeps a BOM as text.
-    return new TextDecoder('utf-8', { fatal: true, ignoreBOM: true }).decode(bytes);
-  } catch {
+  // Checked first: a byte that is not UTF-8 would otherwise come back changed.
+  if (!isUtf8(bytes)) {
     throw new PreflightError('BAD_ENCODING', 'the input is not UTF-8', { fix: 'Kubernetes manifests are UTF-8; check what produced the stream' });
   }
+  // Buffer#toString keeps a BOM as text (so it is written back) and gives V8's
+  // compact one-byte string for ASCII input, half the memory of TextDecoder's.
+  return bytes.toString('utf8');
 }
 
 function report(io: CliIO, diagnosticsFile: string | undefined, lines: string[]): void {

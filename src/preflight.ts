@@ -222,7 +222,7 @@ judge='${JUDGE_AWK.trim()}'
 while :; do
   read -r now _ </proc/uptime || now=\`date +%s\`
   if out=\`nvidia-smi --query-gpu=index,uuid,memory.total,memory.free --format=csv,noheader,nounits\`; then rc=0; else rc=$?; fi
-  r=\`printf '%s\\n' "$out" | awk -v rc="$rc" -v u="$util" -v h="$headroom_mib" -v ts="$timeout_s" -v ls="$log_s" -v now="$now" -v t0="$t0" -v lg="$logged" -v cvs="\${CUDA_VISIBLE_DEVICES+set}" -v cvd="\${CUDA_VISIBLE_DEVICES-}" "$judge"\`
+  r=\`printf '%s\\n' "$out" | awk -v rc="$rc" -v u="$util" -v h="$headroom_mib" -v ts="$timeout_s" -v ls="$log_s" -v now="$now" -v t0="$t0" -v lg="$logged" -v cvs="\${CUDA_VISIBLE_DEVICES+set}" -v cvd="\${CUDA_VISIBLE_DEVICES-}" "$judge"\` || r="bad awk is missing or failed (exit status $?)"
   case $r in
   ok\\ *) say "\${r#ok }"; break ;;
   bad\\ *)

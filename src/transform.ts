@@ -318,15 +318,19 @@ function documentRef(lines: LineIndex, chunkOffset: number, chunkText: string, d
     (previousChunk !== undefined && COMMENTS_ONLY.test(previousChunk) ? SOURCE_COMMENT.exec(previousChunk)?.[1] : undefined);
   const metadata = asObject(value?.metadata);
   const helmFilename = asObject(metadata?.annotations)?.['postrenderer.helm.sh/postrender-filename'];
-  return {
+  const ref: DocumentRef = {
     index,
-    line: lines.position(chunkOffset + contentStart).line,
+    line: 0,
     kind: typeof value?.kind === 'string' ? value.kind : undefined,
     name: typeof metadata?.name === 'string' ? metadata.name : undefined,
     source,
     helmFilename: typeof helmFilename === 'string' ? helmFilename : undefined,
   };
+  // Only messages need the line: computing it for every document would index the whole stream.
+  Object.defineProperty(ref, 'line', { get: () => lines.position(chunkOffset + contentStart).line, enumerable: true });
+  return ref;
 }
+
 
 export function transform(stream: string, options: Options): TransformResult {
   const pieces: string[] = [];
