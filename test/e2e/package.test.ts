@@ -1,0 +1,164 @@
+/**
+ * The shipped artifacts: the self-contained bundle, plugin.yaml (versions in
+ * step, only keys Helm 4 accepts), the packaged plugin directory and .tgz,
+ * and why the Helm 4 plugin must stay out of Helm 3's plugins directory.
+ */
+import { copyFileSync, mkdirSync, readdirSync, readFileSync, statSync } from 'node:fs';
+import path from 'node:path';
+import { gunzipSync } from 'node:zlib';
+import { parse } from 'yaml';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { buildArtifacts, ensureHelm, helm, helmEnv, helmOk, PACKAGE_VERSION, removeTempDirs, ROOT, run, tempDir, type Artifacts } from './helpers.js';
+
+let art: Artifacts;
+
+beforeAll(() => {
+  ensureHelm();
+  art = buildArtifacts();
+});
+
+afterAll(removeTempDirs);
+
+/** Entries of a .tgz: [type, name, mode]. */
+function tarEntries(tgz: string): Array<{ type: string; name: string; mode: number; size: number }> {
+  const tar = gunzipSync(readFileSync(tgz));
+  const out = [];
+  for (let at = 0; at + 512 <= tar.length; ) {
+    const h = tar.subarray(at, at + 512);
+    if (h.every((b) => b === 0)) break;
+    const name = h.toString('utf8', 0, 100).replace(/\0.*$/s, '');
+    const mode = parseInt(h.toString('ascii', 100, 108), 8);
+    const size = parseInt(h.toString('ascii', 124, 136), 8);
+    out.push({ type: String.fromCharCode(h[156]!), name, mode, size });
+    at += 512 + Math.ceil(size / 512) * 512;
+  }
+  return out;
+}
+
+describe('plugin.yaml', () => {
+  const text = readFileSync(path.join(ROOT, 'plugin.yaml'), 'utf8');
+  const meta = parse(text) as Record<string, unknown>;
+
+  it('has the version of package.json and src/version.ts, in strict semver', () => {
+    expect(meta.version).toBe(PACKAGE_VERSION);
+    expect(readFileSync(path.join(ROOT, 'src/version.ts'), 'utf8')).toContain(`VERSION = '${PACKAGE_VERSION}'`);
+    expect(PACKAGE_VERSION).toMatch(/^(0|[1-9]\d*)\.(0|[1-9]\d*)\.(0|[1-9]\d*)(-[0-9A-Za-z.-]+)?(\+[0-9A-Za-z.-]+)?$/);
+  });
+
+  it('is the postrenderer/v1 shape, with only keys Helm 4 accepts (it rejects unknown ones)', () => {
+    expect(meta).toMatchObject({ apiVersion: 'v1', name: 'vram-preflight', type: 'postrenderer/v1', runtime: 'subprocess' });
+    // helm/helm internal/plugin/metadata_v1.go (decoded with KnownFields(true)) and runtime_subprocess.go.
+    const allowed = ['apiVersion', 'name', 'type', 'runtime', 'version', 'sourceURL', 'config', 'runtimeConfig'];
+    expect(Object.keys(meta).filter((k) => !allowed.includes(k))).toEqual([]);
+    const rc = meta.runtimeConfig as { platformCommand: Array<Record<string, unknown>> };
+    expect(Object.keys(rc).filter((k) => !['platformCommand', 'platformHooks', 'protocolCommands'].includes(k))).toEqual([]);
+    for (const pc of rc.platformCommand) expect(Object.keys(pc).filter((k) => !['os', 'arch', 'command', 'args'].includes(k))).toEqual([]);
+    expect(rc.platformCommand).toEqual([{ command: 'node', args: ['${HELM_PLUGIN_DIR}/dist/vram-preflight.cjs'] }]);
+  });
+});
+
+describe('bundle', () => {
+  it('is one executable file with a node shebang that runs with no node_modules around it', () => {
+    const alone = path.join(tempDir('alone'), 'vram-preflight');
+    copyFileSync(art.bundle, alone);
+    expect(readFileSync(art.bundle, 'utf8').startsWith('#!/usr/bin/env node\n')).toBe(true);
+    expect(statSync(art.bundle).mode & 0o111).toBe(0o111);
+    const text = readFileSync(art.bundle, 'utf8');
+    expect(text).not.toMatch(/require\(["'](yaml|ajv)["']\)/);
+
+    const env = { PATH: process.env.PATH, HOME: path.dirname(alone) };
+    const version = run(process.execPath, [alone, '--version'], { env, cwd: path.dirname(alone) });
+    expect(version.status, version.stderr).toBe(0);
+    expect(version.stdout.trim()).toBe(PACKAGE_VERSION);
+
+    const vllm = readFileSync(path.join(ROOT, 'fixtures/real/vllm.input.yaml'), 'utf8');
+    const out = run(process.execPath, [alone], { env, cwd: path.dirname(alone), input: vllm });
+    expect(out.status, out.stderr).toBe(0);
+    expect(out.stdout).toContain(`# vram-preflight ${PACKAGE_VERSION}`);
+    for (const other of ['llamacpp', 'localai']) {
+      const input = readFileSync(path.join(ROOT, `fixtures/real/${other}.input.yaml`), 'utf8');
+      const r = run(process.execPath, [alone], { env, cwd: path.dirname(alone), input });
+      expect(r.status, r.stderr).toBe(0);
+      expect(r.stdout === input, `${other} must pass through byte-identical`).toBe(true);
+    }
+  });
+
+  it('fails with nothing on stdout and the message on stderr', () => {
+    const r = run(process.execPath, [art.bundle, '--timeout-seconds=soon'], { input: 'apiVersion: v1\nkind: ConfigMap\n' });
+    expect(r.status).not.toBe(0);
+    expect(r.stdout).toBe('');
+    expect(r.stderr).toMatch(/timeout-seconds/);
+  });
+});
+
+describe('packaged plugin', () => {
+  it('dist/plugin/vram-preflight holds plugin.yaml (unchanged), the bundle in dist/, README', () => {
+    expect(readdirSync(art.pluginDir).sort()).toEqual(expect.arrayContaining(['README.md', 'dist', 'plugin.yaml']));
+    expect(readFileSync(path.join(art.pluginDir, 'plugin.yaml'), 'utf8')).toBe(readFileSync(path.join(ROOT, 'plugin.yaml'), 'utf8'));
+    const bin = path.join(art.pluginDir, 'dist/vram-preflight.cjs');
+    expect(readFileSync(bin).equals(readFileSync(art.bundle))).toBe(true);
+    expect(statSync(bin).mode & 0o755).toBe(0o755);
+  });
+
+  it('the .tgz has the root directory Helm derives from its file name, plain files and dirs only', () => {
+    expect(path.basename(art.pluginTgz)).toBe(`vram-preflight-plugin-${PACKAGE_VERSION}.tgz`);
+    const entries = tarEntries(art.pluginTgz);
+    expect(entries.every((e) => e.name.startsWith('vram-preflight-plugin/'))).toBe(true);
+    expect(entries.every((e) => e.type === '0' || e.type === '5')).toBe(true);
+    expect(entries.map((e) => e.name)).toEqual(expect.arrayContaining(['vram-preflight-plugin/plugin.yaml', 'vram-preflight-plugin/dist/vram-preflight.cjs']));
+    expect(entries.find((e) => e.name.endsWith('.cjs'))!.mode).toBe(0o755);
+  });
+
+  it('is reproducible: packaging again gives the same bytes', () => {
+    const again = buildArtifacts();
+    expect(readFileSync(again.pluginTgz).equals(readFileSync(art.pluginTgz))).toBe(true);
+  });
+
+  it('Helm 4 installs the directory and the .tgz, lists and uninstalls it', () => {
+    for (const [source, flags] of [
+      [art.pluginDir, []],
+      [art.pluginTgz, ['--verify=false']],
+    ] as const) {
+      const env = helmEnv();
+      helmOk(4, ['plugin', 'install', source, ...flags], env);
+      expect(helmOk(4, ['plugin', 'list'], env)).toMatch(/^vram-preflight\s+0\.1\.0\s+postrenderer\/v1/m);
+      helmOk(4, ['plugin', 'uninstall', 'vram-preflight'], env);
+      expect(helmOk(4, ['plugin', 'list'], env)).not.toContain('vram-preflight');
+    }
+  });
+
+  it('the npm package layout (package.json "files") is itself a Helm 4 plugin directory', () => {
+    const pkg = JSON.parse(readFileSync(path.join(ROOT, 'package.json'), 'utf8')) as { files: string[]; bin: Record<string, string> };
+    expect(pkg.files).toEqual(expect.arrayContaining(['plugin.yaml', 'dist/vram-preflight.cjs']));
+    expect(pkg.bin['vram-preflight']).toBe('dist/vram-preflight.cjs');
+    // What `npm install -g` puts in $(npm root -g)/vram-preflight, reduced to the two files that matter here.
+    const installed = path.join(tempDir('npm-root'), 'vram-preflight');
+    mkdirSync(path.join(installed, 'dist'), { recursive: true });
+    copyFileSync(path.join(ROOT, 'plugin.yaml'), path.join(installed, 'plugin.yaml'));
+    copyFileSync(art.bundle, path.join(installed, 'dist/vram-preflight.cjs'));
+    const env = helmEnv();
+    helmOk(4, ['plugin', 'install', installed], env);
+    const out = helmOk(4, ['template', 'r', path.join(ROOT, 'test/charts/inference-zoo'), '--post-renderer', 'vram-preflight', '--show-only', 'templates/vllm-args.yaml'], env);
+    expect(out).toContain(`# vram-preflight ${PACKAGE_VERSION}`);
+  });
+
+  it('Helm 4 installs into $HELM_DATA_HOME/plugins even when HELM_PLUGINS points elsewhere (keep the two helms apart by HELM_DATA_HOME)', () => {
+    const env = helmEnv();
+    const elsewhere = tempDir('plugins');
+    helmOk(4, ['plugin', 'install', art.pluginDir], { ...env, HELM_PLUGINS: elsewhere });
+    expect(readdirSync(elsewhere)).toEqual([]);
+    expect(readdirSync(path.join(env.HELM_DATA_HOME, 'plugins'))).toEqual(['vram-preflight']);
+    // ...and then does not find it, because it loads from HELM_PLUGINS:
+    expect(helmOk(4, ['plugin', 'list'], { ...env, HELM_PLUGINS: elsewhere })).not.toContain('vram-preflight');
+  });
+
+  it('Helm 3 cannot load it, and one v1 plugin in its directory breaks all of its plugins', () => {
+    const env = helmEnv();
+    const r = helm(3, ['plugin', 'install', art.pluginDir], env);
+    expect(r.status).not.toBe(0);
+    expect(r.stderr).toContain('unknown field "apiVersion"');
+    const list = helm(3, ['plugin', 'list'], env);
+    expect(list.status).not.toBe(0);
+    expect(list.stderr).toContain('failed to load plugin');
+  });
+});
