@@ -1,0 +1,321 @@
+/**
+ * Runs the rendered preflight exactly as Kubernetes does (`<shell> -ec SCRIPT -- argv...`)
+ * with a fake nvidia-smi, a recording `sleep` and a fake engine first on PATH.
+ */
+import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
+import { chmodSync, existsSync, mkdtempSync, readFileSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { renderPreflightScript, type PreflightSettings } from '../../src/preflight.js';
+
+function which(cmd: string): string {
+  const r = spawnSync('sh', ['-c', `command -v ${cmd}`], { encoding: 'utf8' });
+  const p = r.stdout.trim();
+  if (r.status !== 0 || !p.startsWith('/')) {
+    throw new Error(`${cmd} is required for these tests (apt-get install -y shellcheck dash busybox util-linux)`);
+  }
+  return p;
+}
+
+export const BUSYBOX = which('busybox');
+export const SLEEP = which('sleep');
+export const UNSHARE = which('unshare');
+export const SHELLCHECK = which('shellcheck');
+
+/** Applets the script (and the fakes) use, provided by busybox in the busybox variant. */
+const BUSYBOX_APPLETS = ['awk', 'sleep', 'date', 'cat', 'wc', 'kill', 'printf', 'sh', 'env', 'rm', 'mkdir'];
+
+export interface ShellKind {
+  name: string;
+  /** argv before `-ec`. */
+  argv: string[];
+  /** Build the PATH tail (after the fake bin dir) for this shell. */
+  busyboxOnly: boolean;
+}
+
+export const SHELLS: ShellKind[] = [
+  { name: 'dash', argv: [which('dash')], busyboxOnly: false },
+  { name: 'busybox sh', argv: [BUSYBOX, 'sh'], busyboxOnly: true },
+  { name: 'bash', argv: [which('bash')], busyboxOnly: false },
+];
+
+/** One nvidia-smi --query-gpu reading: what it prints on stdout and its exit status. */
+export interface Reading {
+  out: string;
+  rc?: number;
+  /** Seconds the fake takes before it answers. */
+  delay?: number;
+}
+
+export const TOTAL = 143771;
+/** ceil(0.9 * 143771) = ceil(129393.9) */
+export const NEED_09 = 129394;
+
+export function gpuLine(index: number, free: number, total = TOTAL, uuid = `GPU-${index}aaaaaaa-bbbb-cccc-dddd-eeeeeeeeeeee`): string {
+  return `${index}, ${uuid}, ${total}, ${free}\n`;
+}
+
+export const DEFAULTS: PreflightSettings = {
+  version: '0.1.0',
+  utilization: 0.9,
+  headroomMiB: 0,
+  timeoutSeconds: 30,
+  pollIntervalSeconds: 0.05,
+  logIntervalSeconds: 5,
+  onNvidiaSmiUnavailable: 'warn',
+  terminationMessagePath: '/tmp/unused',
+};
+
+export interface RunOptions {
+  settings?: Partial<PreflightSettings>;
+  readings?: Reading[];
+  /** Output of --query-compute-apps. */
+  apps?: string;
+  /** Leave nvidia-smi off PATH. */
+  noNvidiaSmi?: boolean;
+  /** Make the recording `sleep` refuse fractional seconds (like a minimal sleep). */
+  sleepIntegerOnly?: boolean;
+  args?: string[];
+  env?: Record<string, string>;
+  /** Run as PID 1 of a new PID namespace (unshare --pid --fork --kill-child). */
+  pid1?: boolean;
+  /** Replace the rendered script. */
+  script?: string;
+  /** PATH without awk (only the few tools the fakes need). */
+  noAwk?: boolean;
+  /** Omit the engine from the argv (nothing after `--`). */
+  noCommand?: boolean;
+}
+
+export interface Run {
+  dir: string;
+  child: ChildProcess;
+  done: Promise<Result>;
+  /** Host pid of the shell (for pid1 runs: the child of unshare). */
+  shellPid(): Promise<number>;
+  queries(): string[];
+}
+
+export interface Result {
+  code: number | null;
+  signal: NodeJS.Signals | null;
+  stdout: string;
+  stderr: string;
+  ms: number;
+  dir: string;
+  /** --query-gpu calls the fake nvidia-smi saw, one argument string each. */
+  queries: string[];
+  appsQueries: number;
+  sleeps: string[];
+  /** argv the engine got (undefined when the engine never ran). */
+  engineArgv?: string[];
+  engineEnv?: Record<string, string>;
+  enginePid?: number;
+  /** stderr lines starting with `vram-preflight:`. */
+  lines: string[];
+  terminationMessage?: string;
+}
+
+const tempDirs: string[] = [];
+export function cleanupTempDirs(): void {
+  for (const d of tempDirs.splice(0)) rmSync(d, { recursive: true, force: true });
+}
+
+function sh(s: string): string {
+  return `'${s.replace(/'/g, `'\\''`)}'`;
+}
+
+function readLines(path: string): string[] {
+  return existsSync(path) ? readFileSync(path, 'utf8').split('\n').filter((l) => l !== '') : [];
+}
+
+function readNul(path: string): string[] | undefined {
+  if (!existsSync(path)) return undefined;
+  const parts = readFileSync(path, 'utf8').split('\0');
+  parts.pop();
+  return parts;
+}
+
+export function start(shell: ShellKind, opts: RunOptions = {}): Run {
+  const dir = mkdtempSync(join(tmpdir(), 'vram-preflight-'));
+  tempDirs.push(dir);
+  const bin = join(dir, 'bin');
+  const bbdir = join(dir, 'busybox-bin');
+  spawnSync('mkdir', ['-p', bin, bbdir]);
+  const settings: PreflightSettings = {
+    ...DEFAULTS,
+    terminationMessagePath: join(dir, 'termination-log'),
+    ...opts.settings,
+  };
+  const script = opts.script ?? renderPreflightScript(settings);
+
+  const readings = opts.readings ?? [{ out: gpuLine(0, 140000) }];
+  readings.forEach((r, i) => {
+    writeFileSync(join(dir, `reading.${i + 1}`), r.out);
+    writeFileSync(join(dir, `reading.${i + 1}.rc`), String(r.rc ?? 0));
+    writeFileSync(join(dir, `reading.${i + 1}.delay`), String(r.delay ?? 0));
+  });
+  writeFileSync(join(dir, 'apps'), opts.apps ?? '');
+
+  const realSleep = shell.busyboxOnly ? `${BUSYBOX} sleep` : SLEEP;
+  if (!opts.noNvidiaSmi) {
+    // Replays reading.N on the Nth --query-gpu call (the last one repeats) and records each call.
+    writeFileSync(
+      join(bin, 'nvidia-smi'),
+      `#!/bin/sh
+D=${sh(dir)}
+case "$*" in *--query-compute-apps*) echo x >>"$D/apps-calls"; cat "$D/apps"; exit 0 ;; esac
+echo "$*" >>"$D/queries"
+n=$(wc -l <"$D/queries"); n=$((n))
+[ -f "$D/reading.$n" ] || n=${readings.length}
+${realSleep} "$(cat "$D/reading.$n.delay")"
+cat "$D/reading.$n"
+exit "$(cat "$D/reading.$n.rc")"
+`,
+    );
+    chmodSync(join(bin, 'nvidia-smi'), 0o755);
+  }
+  writeFileSync(
+    join(bin, 'sleep'),
+    `#!/bin/sh
+echo "$*" >>${sh(join(dir, 'sleeps'))}
+${opts.sleepIntegerOnly ? `case "$1" in *.*) echo "sleep: invalid number '$1'" >&2; exit 1 ;; esac\n` : ''}exec ${realSleep} "$@"
+`,
+  );
+  chmodSync(join(bin, 'sleep'), 0o755);
+  const engine = join(dir, 'engine');
+  writeFileSync(
+    engine,
+    `#!/bin/sh
+: >${sh(join(dir, 'engine-argv'))}
+[ "$#" -eq 0 ] || printf '%s\\0' "$@" >${sh(join(dir, 'engine-argv'))}
+/usr/bin/env -0 >${sh(join(dir, 'engine-env'))}
+echo $$ >${sh(join(dir, 'engine-pid'))}
+`,
+  );
+  chmodSync(engine, 0o755);
+
+  let pathTail = '/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin';
+  if (shell.busyboxOnly) {
+    for (const a of BUSYBOX_APPLETS) spawnSync('ln', ['-s', BUSYBOX, join(bbdir, a)]);
+    pathTail = bbdir;
+  }
+  if (opts.noAwk) {
+    const tools = join(dir, 'tools');
+    spawnSync('mkdir', ['-p', tools]);
+    for (const t of ['cat', 'wc', 'date']) spawnSync('ln', ['-s', shell.busyboxOnly ? BUSYBOX : which(t), join(tools, t)]);
+    pathTail = tools;
+  }
+  const env: Record<string, string> = {
+    PATH: `${bin}:${pathTail}`,
+    LC_ALL: 'C',
+    HOME: dir,
+    ENGINE_MARKER: 'kept',
+    ...opts.env,
+  };
+
+  const argv = [...shell.argv, '-ec', script, '--', ...(opts.noCommand ? [] : [engine, ...(opts.args ?? [])])];
+  const cmd = opts.pid1 ? [UNSHARE, '--pid', '--fork', '--kill-child', ...(process.getuid?.() === 0 ? [] : ['--map-root-user']), ...argv] : argv;
+  const t0 = performance.now();
+  const child = spawn(cmd[0]!, cmd.slice(1), { env, cwd: dir, stdio: ['ignore', 'pipe', 'pipe'] });
+  let stdout = '';
+  let stderr = '';
+  child.stdout!.on('data', (b: Buffer) => (stdout += b.toString()));
+  child.stderr!.on('data', (b: Buffer) => (stderr += b.toString()));
+  const done = new Promise<Result>((resolve, reject) => {
+    child.on('error', reject);
+    child.on('close', (code, signal) => {
+      const ms = performance.now() - t0;
+      const envList = readNul(join(dir, 'engine-env'));
+      const termPath = settings.terminationMessagePath;
+      resolve({
+        code,
+        signal,
+        stdout,
+        stderr,
+        ms,
+        dir,
+        queries: readLines(join(dir, 'queries')),
+        appsQueries: readLines(join(dir, 'apps-calls')).length,
+        sleeps: readLines(join(dir, 'sleeps')),
+        engineArgv: readNul(join(dir, 'engine-argv')),
+        engineEnv: envList && Object.fromEntries(envList.map((kv) => [kv.slice(0, kv.indexOf('=')), kv.slice(kv.indexOf('=') + 1)])),
+        enginePid: existsSync(join(dir, 'engine-pid')) ? Number(readFileSync(join(dir, 'engine-pid'), 'utf8')) : undefined,
+        lines: stderr.split('\n').filter((l) => l.startsWith('vram-preflight:')),
+        terminationMessage: termPath.startsWith(dir) && existsSync(termPath) ? readFileSync(termPath, 'utf8') : undefined,
+      });
+    });
+  });
+  return {
+    dir,
+    child,
+    done,
+    queries: () => readLines(join(dir, 'queries')),
+    shellPid: async () => {
+      if (!opts.pid1) return child.pid!;
+      for (let i = 0; i < 200; i++) {
+        const kids = childrenOf(child.pid!);
+        if (kids.length === 1) return kids[0]!;
+        await delay(10);
+      }
+      throw new Error(`no child of unshare (pid ${child.pid}) found`);
+    },
+  };
+}
+
+export async function run(shell: ShellKind, opts: RunOptions = {}): Promise<Result> {
+  return start(shell, opts).done;
+}
+
+export function delay(ms: number): Promise<void> {
+  return new Promise((r) => setTimeout(r, ms));
+}
+
+/** Host pids whose parent is `ppid` (scans /proc; /proc/PID/task/PID/children is not always there). */
+export function childrenOf(ppid: number): number[] {
+  const out: number[] = [];
+  for (const e of readdirSync('/proc')) {
+    if (!/^\d+$/.test(e)) continue;
+    try {
+      const stat = readFileSync(`/proc/${e}/stat`, 'utf8');
+      const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+      if (Number(fields[1]) === ppid) out.push(Number(e));
+    } catch {
+      // the process ended while we looked
+    }
+  }
+  return out;
+}
+
+/** The pid a process has in its innermost PID namespace (last NSpid field). */
+export function nsPid(hostPid: number): number {
+  const status = readFileSync(`/proc/${hostPid}/status`, 'utf8');
+  const m = /^NSpid:\s+(.*)$/m.exec(status);
+  if (!m) throw new Error(`no NSpid in /proc/${hostPid}/status`);
+  return Number(m[1]!.trim().split(/\s+/).pop());
+}
+
+export async function waitFor(cond: () => boolean, ms = 5000): Promise<void> {
+  const end = performance.now() + ms;
+  while (!cond()) {
+    if (performance.now() > end) throw new Error('condition not met in time');
+    await delay(5);
+  }
+}
+
+export function isAlive(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+    return stat.slice(stat.lastIndexOf(')') + 2)[0] !== 'Z';
+  } catch {
+    return false;
+  }
+}
+
+/** The judge awk program inside a rendered script (the text between `judge='` and the closing `'`). */
+export function judgeProgram(script: string): string {
+  const m = /^judge='([^']*)'$/m.exec(script);
+  if (!m) throw new Error('judge program not found in script');
+  return m[1]!;
+}

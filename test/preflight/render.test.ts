@@ -1,0 +1,229 @@
+/**
+ * renderPreflightScript: the text itself (marker, Kubernetes-safe, shellcheck-clean,
+ * compact), input validation, and integer-exact need in every awk the script may meet.
+ */
+import { describe, expect, it } from 'vitest';
+import { spawnSync } from 'node:child_process';
+import fc from 'fast-check';
+import {
+  PREFLIGHT_LIMITS,
+  PREFLIGHT_MARKER_PREFIX,
+  renderPreflightScript,
+  type PreflightSettings,
+} from '../../src/preflight.js';
+import { PreflightError } from '../../src/errors.js';
+import { BUSYBOX, DEFAULTS, SHELLCHECK, judgeProgram } from './harness.js';
+
+const base: PreflightSettings = { ...DEFAULTS, terminationMessagePath: '/dev/termination-log' };
+
+const variants: PreflightSettings[] = [
+  base,
+  { ...base, utilization: 1, headroomMiB: 0, onNvidiaSmiUnavailable: 'fail' },
+  { ...base, utilization: 0.05, headroomMiB: 1024, pollIntervalSeconds: 0.25, timeoutSeconds: 900 },
+  { ...base, utilization: 0.123456, pollIntervalSeconds: 2, logIntervalSeconds: 60, version: '1.2.3-rc.1+build.5' },
+  { ...base, terminationMessagePath: '/tmp/x/termination_log-1.txt' },
+];
+
+/** Kubernetes' expansion of command/args: $$ -> $, $(NAME) -> the variable's value. */
+function kubeExpand(s: string, env: Record<string, string>): string {
+  return s.replace(/\$\$|\$\(([A-Za-z_][A-Za-z0-9_.-]*)\)/g, (m, name: string | undefined) =>
+    m === '$$' ? '$' : (env[name!] ?? m),
+  );
+}
+
+const settingsArb: fc.Arbitrary<PreflightSettings> = fc.record({
+  version: fc.stringMatching(/^[0-9A-Za-z][0-9A-Za-z.+-]{0,20}$/),
+  utilization: fc.integer({ min: 1, max: 1_000_000 }).map((n) => n / 1_000_000),
+  headroomMiB: fc.integer({ min: 0, max: PREFLIGHT_LIMITS.headroomMiBMax }),
+  timeoutSeconds: fc.integer({ min: 1, max: PREFLIGHT_LIMITS.timeoutSecondsMax }),
+  pollIntervalSeconds: fc.integer({ min: 10, max: 3_600_000 }).map((n) => n / 1000),
+  logIntervalSeconds: fc.integer({ min: 1, max: PREFLIGHT_LIMITS.logIntervalSecondsMax }),
+  onNvidiaSmiUnavailable: fc.constantFrom('warn' as const, 'fail' as const),
+  terminationMessagePath: fc.stringMatching(/^\/[A-Za-z0-9_-][A-Za-z0-9._/-]{0,40}$/).filter((p) => !p.split('/').includes('..')),
+});
+
+describe('renderPreflightScript text', () => {
+  it('starts with the marker line and ends by exec-ing the start', () => {
+    const s = renderPreflightScript(base);
+    const lines = s.split('\n');
+    expect(lines[0]).toBe(`${PREFLIGHT_MARKER_PREFIX}0.1.0: wait for GPU memory, then exec vLLM`);
+    expect(s.startsWith(PREFLIGHT_MARKER_PREFIX)).toBe(true);
+    expect(s.endsWith('exec "$@"\n')).toBe(true);
+  });
+
+  it('writes the settings into one readable line', () => {
+    const s = renderPreflightScript(variants[2]!);
+    expect(s).toContain('util=0.05 headroom_mib=1024 timeout_s=900 poll_s=0.25 log_s=5 on_unavailable=warn\n');
+    expect(s).toContain('msg_file=/dev/termination-log\n');
+  });
+
+  it('never contains $( or $$, so the kubelet leaves it unchanged (any valid settings)', () => {
+    fc.assert(
+      fc.property(settingsArb, (settings) => {
+        const s = renderPreflightScript(settings);
+        expect(s).not.toContain('$(');
+        expect(s).not.toContain('$$');
+        expect(kubeExpand(s, { HOME: '/x', PATH: '/y', CUDA_VISIBLE_DEVICES: '0' })).toBe(s);
+      }),
+      { numRuns: 300 },
+    );
+  });
+
+  it('the kubeExpand emulation does rewrite what it should (control)', () => {
+    expect(kubeExpand('a $(HOME) $$ $(NOPE) $x', { HOME: '/x' })).toBe('a /x $ $(NOPE) $x');
+  });
+
+  it('is compact: under 5 KiB, and comments are few', () => {
+    for (const v of variants) {
+      const s = renderPreflightScript(v);
+      expect(s.length).toBeLessThan(5120);
+      expect(s.split('\n').filter((l) => l.startsWith('#')).length).toBeLessThanOrEqual(8);
+    }
+  });
+
+  it.each(['sh', 'dash', 'bash'])('passes shellcheck -s %s for several settings', (dialect) => {
+    for (const v of variants) {
+      const r = spawnSync(SHELLCHECK, ['-s', dialect, '-'], { input: renderPreflightScript(v), encoding: 'utf8' });
+      expect(r.error).toBeUndefined();
+      expect(r.stdout + r.stderr).toBe('');
+      expect(r.status).toBe(0);
+    }
+  });
+
+  it('every shellcheck directive carries a reason', () => {
+    const s = renderPreflightScript(base);
+    const directives = s.split('\n').filter((l) => /shellcheck\s+disable/.test(l));
+    expect(directives.length).toBeGreaterThan(0);
+    for (const d of directives) expect(d).toMatch(/# shellcheck disable=SC\d+ # \S.{10,}/);
+  });
+
+  it('is the same text for the same settings', () => {
+    expect(renderPreflightScript(base)).toBe(renderPreflightScript({ ...base }));
+  });
+});
+
+describe('renderPreflightScript validation', () => {
+  const bad: Array<[keyof PreflightSettings, unknown]> = [
+    ['utilization', NaN],
+    ['utilization', 0],
+    ['utilization', -0.5],
+    ['utilization', 1.0000001],
+    ['utilization', 1.5],
+    ['utilization', Infinity],
+    ['utilization', 0.1234567],
+    ['utilization', 1e-7],
+    ['utilization', '0.9'],
+    ['headroomMiB', -1],
+    ['headroomMiB', 1.5],
+    ['headroomMiB', NaN],
+    ['headroomMiB', PREFLIGHT_LIMITS.headroomMiBMax + 1],
+    ['timeoutSeconds', 0],
+    ['timeoutSeconds', 2.5],
+    ['timeoutSeconds', NaN],
+    ['timeoutSeconds', PREFLIGHT_LIMITS.timeoutSecondsMax + 1],
+    ['pollIntervalSeconds', 0],
+    ['pollIntervalSeconds', 0.001],
+    ['pollIntervalSeconds', -1],
+    ['pollIntervalSeconds', NaN],
+    ['pollIntervalSeconds', 0.0505],
+    ['pollIntervalSeconds', 3601],
+    ['logIntervalSeconds', 0],
+    ['logIntervalSeconds', 0.5],
+    ['logIntervalSeconds', NaN],
+    ['onNvidiaSmiUnavailable', 'ignore'],
+    ['onNvidiaSmiUnavailable', undefined],
+    ['terminationMessagePath', 'relative/path'],
+    ['terminationMessagePath', ''],
+    ['terminationMessagePath', '/dev/termination log'],
+    ['terminationMessagePath', '/tmp/$(reboot)'],
+    ['terminationMessagePath', "/tmp/a'b"],
+    ['terminationMessagePath', '/tmp/a\nb'],
+    ['terminationMessagePath', '/tmp/../etc/passwd'],
+    ['terminationMessagePath', `/${'a'.repeat(5000)}`],
+    ['version', ''],
+    ['version', '0.1.0\nrm -rf /'],
+    ['version', '0.1.0 $(x)'],
+    ['version', 7],
+  ];
+  it.each(bad)('throws on %s = %j', (key, value) => {
+    expect(() => renderPreflightScript({ ...base, [key]: value } as PreflightSettings)).toThrow(
+      new RegExp(`invalid ${key}`),
+    );
+  });
+
+  it.each([
+    ['utilization', 2, 'BAD_UTILIZATION'],
+    ['terminationMessagePath', 'x', 'BAD_CONTAINER'],
+    ['pollIntervalSeconds', 0.0001, 'BAD_OPTION'],
+  ] as const)('throws a PreflightError (%s -> %s) that callers report per container', (key, value, code) => {
+    let err: unknown;
+    try {
+      renderPreflightScript({ ...base, [key]: value } as PreflightSettings);
+    } catch (e) {
+      err = e;
+    }
+    expect(err).toBeInstanceOf(PreflightError);
+    expect((err as PreflightError).code).toBe(code);
+    expect((err as PreflightError).details.fix).toContain(key);
+  });
+
+  it('accepts the edges', () => {
+    expect(() => renderPreflightScript({ ...base, utilization: 1 })).not.toThrow();
+    expect(() => renderPreflightScript({ ...base, utilization: 0.000001 })).not.toThrow();
+    expect(() => renderPreflightScript({ ...base, headroomMiB: 0 })).not.toThrow();
+    expect(() => renderPreflightScript({ ...base, pollIntervalSeconds: 0.01 })).not.toThrow();
+    expect(() => renderPreflightScript({ ...base, timeoutSeconds: 1 })).not.toThrow();
+  });
+});
+
+describe('need = ceil(total x utilization) + headroom, integer-exact', () => {
+  const awks: Array<[string, string[]]> = [
+    ['awk (system)', ['awk']],
+    ['busybox awk', [BUSYBOX, 'awk']],
+  ];
+
+  function exactNeed(total: number, util: string, headroom: number): bigint {
+    const [i, f = ''] = util.split('.');
+    const den = 10n ** BigInt(f.length);
+    const num = BigInt(i!) * den + BigInt(f || '0');
+    const x = BigInt(total) * num;
+    return (x + den - 1n) / den + BigInt(headroom);
+  }
+
+  function awkNeed(awk: string[], program: string, total: number, util: string, headroom: number): bigint {
+    const r = spawnSync(
+      awk[0]!,
+      [...awk.slice(1), '-v', 'rc=0', '-v', `u=${util}`, '-v', `h=${headroom}`, '-v', 'ts=10', '-v', 'ls=5', '-v', 'now=1', '-v', 't0=', '-v', 'lg=', '-v', 'cvs=', '-v', 'cvd=', program],
+      { input: `0, GPU-x, ${total}, 0\n`, encoding: 'utf8' },
+    );
+    const m = /needs (\d+) MiB/.exec(r.stdout);
+    if (!m) throw new Error(`no need in ${JSON.stringify(r.stdout + r.stderr)}`);
+    return BigInt(m[1]!);
+  }
+
+  const program = judgeProgram(renderPreflightScript(base));
+
+  it.each(awks)('%s: the H200 case and the edges', (_name, awk) => {
+    expect(awkNeed(awk, program, 143771, '0.9', 0)).toBe(129394n); // 129393.9 -> 129394
+    expect(awkNeed(awk, program, 143770, '0.9', 0)).toBe(129393n); // exactly 129393: no rounding up
+    expect(awkNeed(awk, program, 143771, '1', 0)).toBe(143771n);
+    expect(awkNeed(awk, program, 143771, '0.9', 512)).toBe(129906n);
+    expect(awkNeed(awk, program, 99_999_999, '0.999999', 1_048_576)).toBe(exactNeed(99_999_999, '0.999999', 1_048_576));
+    expect(awkNeed(awk, program, 10, '0.000001', 0)).toBe(1n);
+  });
+
+  it.each(awks)('%s: matches exact rational arithmetic on random inputs', (_name, awk) => {
+    fc.assert(
+      fc.property(
+        fc.integer({ min: 1, max: 99_999_999 }),
+        fc.integer({ min: 1, max: 1_000_000 }),
+        fc.integer({ min: 0, max: 4096 }),
+        (total, micro, headroom) => {
+          const util = String(micro / 1_000_000);
+          expect(awkNeed(awk, program, total, util, headroom)).toBe(exactNeed(total, util, headroom));
+        },
+      ),
+      { numRuns: 150 },
+    );
+  });
+});
