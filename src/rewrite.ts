@@ -3,7 +3,7 @@
  * Only the bytes of those two entries change; every other byte of the
  * document, comments, quoting and Helm's odd indentation included, stays.
  */
-import { isMap, isScalar, isSeq, type Node, type Pair, type YAMLMap } from 'yaml';
+import { isScalar, isSeq, type Node, type Pair, type YAMLMap } from 'yaml';
 import { PreflightError, type ErrorDetails } from './errors.js';
 
 export interface TextEdit {
@@ -150,8 +150,4 @@ export function readArgv(container: YAMLMap, key: 'command' | 'args', text: stri
     throw new PreflightError('BAD_CONTAINER', `${key}[${i}] of the container is not a string`, { ...context, fix: `quote ${key}[${i}]` });
   });
   return items.length === 0 ? null : items;
-}
-
-export function isBlockMap(node: unknown): node is YAMLMap {
-  return isMap(node);
 }
