@@ -113,7 +113,8 @@ function resolveOptions(args: ParsedArgs, io: CliIO): Options {
 async function readAll(stdin: AsyncIterable<Uint8Array | string>): Promise<string> {
   const parts: Uint8Array[] = [];
   for await (const part of stdin) parts.push(typeof part === 'string' ? Buffer.from(part, 'utf8') : part);
-  const bytes = parts.length === 1 ? Buffer.from(parts[0]!) : Buffer.concat(parts);
+  const only = parts[0];
+  const bytes = parts.length === 1 && only ? Buffer.from(only.buffer, only.byteOffset, only.byteLength) : Buffer.concat(parts);
   parts.length = 0;
   // Checked first: a byte that is not UTF-8 would otherwise come back changed.
   if (!isUtf8(bytes)) {

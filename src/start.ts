@@ -67,7 +67,8 @@ export function resolveStart(
   }
   const reference = parseImage(image);
   const configured = findConfiguredImage(reference, images);
-  const known = configured ?? findKnownImage(reference);
+  const builtIn = configured ? undefined : findKnownImage(reference);
+  const known = configured ?? builtIn;
   const fixByConfig = `set the start in the container's command (e.g. command: ["vllm", "serve"]), or add the image to the config file: images: [{repository: "${reference.registry === 'docker.io' ? reference.repository.replace(/^library\//, '') : `${reference.registry}/${reference.repository}`}", tag: "${reference.tag ?? '*'}", entrypoint: [...], cmd: [...]}]`;
   if (!known) {
     const why =
@@ -78,7 +79,7 @@ export function resolveStart(
           : 'the container has no command and the image is not in the built-in table, so what it runs is unknown';
     throw new PreflightError('UNKNOWN_START', why, { ...context, fix: fixByConfig });
   }
-  const source = configured ? 'config file images' : `built-in table (${(known as { evidence: string }).evidence})`;
+  const source = builtIn ? `built-in table (${builtIn.evidence})` : 'config file images';
   if (args !== null) {
     return { start: [...known.entrypoint, ...args], origin: `image ENTRYPOINT from the ${source} + args`, wrappedBefore: false };
   }
