@@ -20,7 +20,8 @@ import {
 } from './config.js';
 import { PreflightError } from './errors.js';
 import { renderExplanation } from './explain.js';
-import { transform } from './transform.js';
+import type { RegistryAnswers } from './start.js';
+import { transform, type TransformResult } from './transform.js';
 import { VERSION } from './version.js';
 
 export interface CliIO {
@@ -30,6 +31,8 @@ export interface CliIO {
   env: Readonly<Record<string, string | undefined>>;
   readFile(path: string): string;
   writeFile(path: string, text: string): void;
+  /** Reads image starts from registries (src/registry); absent: no lookups. */
+  lookupImageStarts?(images: readonly string[], options: Options): Promise<RegistryAnswers>;
 }
 
 const HELP = `vram-preflight ${VERSION}: make vLLM containers wait for GPU memory before they start
@@ -144,6 +147,17 @@ function diagnosticsFileIn(argv: readonly string[]): string | undefined {
   return found || undefined;
 }
 
+/**
+ * The transform, and once more with registry answers when it found images
+ * only their registry can place (the lookup is I/O, so it stays out here).
+ */
+async function transformWithLookups(input: string, options: Options, io: CliIO): Promise<TransformResult> {
+  const first = transform(input, options);
+  if (first.wantedImages.length === 0 || options.registryLookup === 'never' || !io.lookupImageStarts) return first;
+  const answers = await io.lookupImageStarts(first.wantedImages, options);
+  return transform(input, options, { registry: answers });
+}
+
 export async function main(argv: readonly string[], io: CliIO): Promise<number> {
   let args: ParsedArgs;
   let options: Options;
@@ -168,14 +182,20 @@ export async function main(argv: readonly string[], io: CliIO): Promise<number> 
   }
   try {
     const input = await readAll(io.stdin);
-    const result = transform(input, options);
+    const result = await transformWithLookups(input, options, io);
     if (args.command === 'explain') {
       if (result.errors.some((e) => e.code === 'YAML_SYNTAX' || e.code === 'BAD_ENCODING')) {
         report(io, diagnosticsFile, result.errors.map((e) => e.format()));
         return 1;
       }
-      io.stdout.write(renderExplanation(result, options));
-      return result.errors.length ? 1 : 0;
+      const explanation = renderExplanation(result, options);
+      // An explanation that ends in an error is a failed run: nothing on stdout, as for the transform.
+      if (result.errors.length) {
+        io.stderr.write(explanation);
+        return 1;
+      }
+      io.stdout.write(explanation);
+      return 0;
     }
     const warnings = result.warnings.map((w) => `warning: ${w}`);
     if (result.errors.length) {

@@ -3,8 +3,10 @@
 "use strict";
 export const validate = validate10;
 export default validate10;
-const schema11 = {"$schema":"http://json-schema.org/draft-07/schema#","$id":"https://github.com/vram-preflight/vram-preflight/config.schema.json","title":"vram-preflight configuration","description":"Options for vram-preflight. Every option can also be given as a flag (--timeout-seconds) or an environment variable (VRAM_PREFLIGHT_TIMEOUT_SECONDS); flags win over environment variables, which win over this file.","type":"object","additionalProperties":false,"properties":{"$schema":{"type":"string"},"timeoutSeconds":{"description":"How long the preflight waits for GPU memory before it fails the container, in seconds. Keep it above the slowest VRAM reclaim you have seen (about 40 s in the original incident) and below the container's startupProbe budget.","type":"integer","minimum":1,"maximum":86400,"default":300},"pollIntervalSeconds":{"description":"Seconds between nvidia-smi queries while waiting (0.01 to 60, at most 3 decimals).","type":"number","minimum":0.01,"maximum":60,"default":1},"logIntervalSeconds":{"description":"Seconds between progress lines while waiting.","type":"integer","minimum":1,"maximum":3600,"default":10},"headroomMiB":{"description":"MiB each GPU must have free on top of ceil(total x gpu-memory-utilization).","type":"integer","minimum":0,"maximum":1048576,"default":0},"defaultUtilization":{"description":"The utilization assumed when a container gives no --gpu-memory-utilization. vLLM's own default is 0.9 (0.92 in the newest releases); the lower value never makes the wait stricter than vLLM.","type":"number","exclusiveMinimum":0,"maximum":1,"default":0.9},"onNvidiaSmiUnavailable":{"description":"What the preflight does when nvidia-smi is missing, fails, or prints something that is not a number: warn and start vLLM anyway (what happens without vram-preflight), or fail the container.","enum":["warn","fail"],"default":"warn"},"containerNames":{"description":"Only containers whose name matches one of these patterns (`*` matches any run of characters) are considered. Empty or absent: every container.","type":"array","items":{"type":"string","minLength":1},"default":[]},"images":{"description":"Starts (ENTRYPOINT and CMD) of images that are not in the built-in table, or tags the table cannot place. Entries here win over the table.","type":"array","items":{"type":"object","additionalProperties":false,"required":["repository","entrypoint"],"properties":{"repository":{"description":"Repository path, with or without registry (e.g. registry.example.com/ml/vllm-custom).","type":"string","minLength":1},"tag":{"description":"Tag pattern (`*` matches any run of characters). Default: every tag.","type":"string","minLength":1,"default":"*"},"entrypoint":{"description":"The image's ENTRYPOINT, as a list.","type":"array","items":{"type":"string"},"minItems":1},"cmd":{"description":"The image's CMD, as a list ([] when it has none). Needed only for containers that give no args.","type":"array","items":{"type":"string"}}}},"default":[]},"diagnosticsFile":{"description":"A file that receives every warning and error of a run (Helm 4 discards a post-renderer's stderr). Overwritten on each run.","type":"string","minLength":1}}};
+const schema11 = {"$schema":"http://json-schema.org/draft-07/schema#","$id":"https://github.com/vram-preflight/vram-preflight/config.schema.json","title":"vram-preflight configuration","description":"Options for vram-preflight. Every option can also be given as a flag (--timeout-seconds) or an environment variable (VRAM_PREFLIGHT_TIMEOUT_SECONDS); flags win over environment variables, which win over this file.","type":"object","additionalProperties":false,"properties":{"$schema":{"type":"string"},"timeoutSeconds":{"description":"How long the preflight waits for GPU memory before it fails the container, in seconds. Keep it above the slowest VRAM reclaim you have seen (about 40 s in the original incident) and below the container's startupProbe budget.","type":"integer","minimum":1,"maximum":86400,"default":300},"pollIntervalSeconds":{"description":"Seconds between nvidia-smi queries while waiting (0.01 to 60, at most 3 decimals).","type":"number","minimum":0.01,"maximum":60,"default":1},"logIntervalSeconds":{"description":"Seconds between progress lines while waiting.","type":"integer","minimum":1,"maximum":3600,"default":10},"headroomMiB":{"description":"MiB each GPU must have free on top of ceil(total x gpu-memory-utilization).","type":"integer","minimum":0,"maximum":1048576,"default":0},"defaultUtilization":{"description":"The utilization assumed when a container gives no --gpu-memory-utilization. vLLM's own default is 0.9 (0.92 in the newest releases); the lower value never makes the wait stricter than vLLM.","type":"number","exclusiveMinimum":0,"maximum":1,"default":0.9},"onNvidiaSmiUnavailable":{"description":"What the preflight does when nvidia-smi is missing, fails, or prints something that is not a number: warn and start vLLM anyway (what happens without vram-preflight), or fail the container.","enum":["warn","fail"],"default":"warn"},"containerNames":{"description":"Only containers whose name matches one of these patterns (`*` matches any run of characters) are considered. Empty or absent: every container.","type":"array","items":{"type":"string","minLength":1},"default":[]},"images":{"description":"Starts (ENTRYPOINT and CMD) of images that the built-in table cannot place. Entries here win over the table. Each entry either states the start (entrypoint, and cmd for containers without args) or borrows a table row with like: (a mirror or rebuild of a known image). `vram-preflight resolve IMAGE...` prints entries read from the registry.","type":"array","items":{"type":"object","additionalProperties":false,"required":["repository"],"properties":{"repository":{"description":"Repository path, with or without registry (e.g. registry.example.com/ml/vllm-custom).","type":"string","minLength":1},"tag":{"description":"Tag pattern (`*` matches any run of characters). Default: every tag.","type":"string","minLength":1,"default":"*"},"entrypoint":{"description":"The image's ENTRYPOINT, as a list.","type":"array","items":{"type":"string"},"minItems":1},"cmd":{"description":"The image's CMD, as a list ([] when it has none). Needed only for containers that give no args.","type":"array","items":{"type":"string"}},"digest":{"description":"Only the image pinned by this manifest digest (sha256:...), as `resolve` writes for digest-pinned images.","type":"string","pattern":"^sha256:[0-9a-f]{64}$"},"like":{"description":"Borrow the tag ranges of this built-in table repository (e.g. vllm/vllm-openai) for a mirror or rebuild under another name.","type":"string","minLength":1}},"oneOf":[{"required":["entrypoint"],"not":{"required":["like"]}},{"required":["like"],"not":{"anyOf":[{"required":["entrypoint"]},{"required":["cmd"]}]}}]},"default":[]},"diagnosticsFile":{"description":"A file that receives every warning and error of a run (Helm 4 discards a post-renderer's stderr). Overwritten on each run.","type":"string","minLength":1},"registryLookup":{"description":"When to read an image's ENTRYPOINT/CMD from its registry: missing (only what the config and the table cannot place), never (hermetic builds: refuse instead), always (the registry first).","enum":["missing","never","always"],"default":"missing"},"registryPlatform":{"description":"Platform whose image is read from a multi-platform index: os/architecture[/variant].","type":"string","pattern":"^[a-z0-9]+/[a-z0-9_]+(/[a-z0-9]+)?$","default":"linux/amd64"},"registryTimeoutSeconds":{"description":"Timeout of one registry request, in seconds; a lookup never holds helm for long.","type":"number","exclusiveMinimum":0,"maximum":60,"default":5},"cacheDir":{"description":"Directory for cached registry answers (default $XDG_CACHE_HOME/vram-preflight, else ~/.cache/vram-preflight). Unwritable: a warning, never a failure.","type":"string","minLength":1}}};
 const func2 = Object.prototype.hasOwnProperty;
+const pattern0 = new RegExp("^sha256:[0-9a-f]{64}$", "u");
+const pattern1 = new RegExp("^[a-z0-9]+/[a-z0-9_]+(/[a-z0-9]+)?$", "u");
 
 function validate10(data, {instancePath="", parentData, parentDataProperty, rootData=data}={}){
 /*# sourceURL="https://github.com/vram-preflight/vram-preflight/config.schema.json" */;
@@ -270,9 +272,16 @@ if(Array.isArray(data9)){
 const len1 = data9.length;
 for(let i1=0; i1<len1; i1++){
 let data10 = data9[i1];
+const _errs23 = errors;
+let valid5 = false;
+let passing0 = null;
+const _errs24 = errors;
+const _errs25 = errors;
+const _errs26 = errors;
 if(data10 && typeof data10 == "object" && !Array.isArray(data10)){
-if(data10.repository === undefined){
-const err21 = {instancePath:instancePath+"/images/" + i1,schemaPath:"#/properties/images/items/required",keyword:"required",params:{missingProperty: "repository"},message:"must have required property '"+"repository"+"'"};
+let missing0;
+if((data10.like === undefined) && (missing0 = "like")){
+const err21 = {};
 if(vErrors === null){
 vErrors = [err21];
 }
@@ -281,8 +290,10 @@ vErrors.push(err21);
 }
 errors++;
 }
-if(data10.entrypoint === undefined){
-const err22 = {instancePath:instancePath+"/images/" + i1,schemaPath:"#/properties/images/items/required",keyword:"required",params:{missingProperty: "entrypoint"},message:"must have required property '"+"entrypoint"+"'"};
+}
+var valid6 = _errs26 === errors;
+if(valid6){
+const err22 = {instancePath:instancePath+"/images/" + i1,schemaPath:"#/properties/images/items/oneOf/0/not",keyword:"not",params:{},message:"must NOT be valid"};
 if(vErrors === null){
 vErrors = [err22];
 }
@@ -291,9 +302,20 @@ vErrors.push(err22);
 }
 errors++;
 }
-for(const key1 in data10){
-if(!((((key1 === "repository") || (key1 === "tag")) || (key1 === "entrypoint")) || (key1 === "cmd"))){
-const err23 = {instancePath:instancePath+"/images/" + i1,schemaPath:"#/properties/images/items/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key1},message:"must NOT have additional properties"};
+else {
+errors = _errs25;
+if(vErrors !== null){
+if(_errs25){
+vErrors.length = _errs25;
+}
+else {
+vErrors = null;
+}
+}
+}
+if(data10 && typeof data10 == "object" && !Array.isArray(data10)){
+if(data10.entrypoint === undefined){
+const err23 = {instancePath:instancePath+"/images/" + i1,schemaPath:"#/properties/images/items/oneOf/0/required",keyword:"required",params:{missingProperty: "entrypoint"},message:"must have required property '"+"entrypoint"+"'"};
 if(vErrors === null){
 vErrors = [err23];
 }
@@ -303,11 +325,21 @@ vErrors.push(err23);
 errors++;
 }
 }
-if(data10.repository !== undefined){
-let data11 = data10.repository;
-if(typeof data11 === "string"){
-if(data11.length < 1){
-const err24 = {instancePath:instancePath+"/images/" + i1+"/repository",schemaPath:"#/properties/images/items/properties/repository/minLength",keyword:"minLength",params:{limit: 1},message:"must NOT have fewer than 1 characters"};
+var _valid0 = _errs24 === errors;
+if(_valid0){
+valid5 = true;
+passing0 = 0;
+}
+const _errs27 = errors;
+const _errs28 = errors;
+const _errs29 = errors;
+const _errs30 = errors;
+let valid8 = false;
+const _errs31 = errors;
+if(data10 && typeof data10 == "object" && !Array.isArray(data10)){
+let missing1;
+if((data10.entrypoint === undefined) && (missing1 = "entrypoint")){
+const err24 = {};
 if(vErrors === null){
 vErrors = [err24];
 }
@@ -317,8 +349,14 @@ vErrors.push(err24);
 errors++;
 }
 }
-else {
-const err25 = {instancePath:instancePath+"/images/" + i1+"/repository",schemaPath:"#/properties/images/items/properties/repository/type",keyword:"type",params:{type: "string"},message:"must be string"};
+var _valid1 = _errs31 === errors;
+valid8 = valid8 || _valid1;
+if(!valid8){
+const _errs32 = errors;
+if(data10 && typeof data10 == "object" && !Array.isArray(data10)){
+let missing2;
+if((data10.cmd === undefined) && (missing2 = "cmd")){
+const err25 = {};
 if(vErrors === null){
 vErrors = [err25];
 }
@@ -328,11 +366,11 @@ vErrors.push(err25);
 errors++;
 }
 }
-if(data10.tag !== undefined){
-let data12 = data10.tag;
-if(typeof data12 === "string"){
-if(data12.length < 1){
-const err26 = {instancePath:instancePath+"/images/" + i1+"/tag",schemaPath:"#/properties/images/items/properties/tag/minLength",keyword:"minLength",params:{limit: 1},message:"must NOT have fewer than 1 characters"};
+var _valid1 = _errs32 === errors;
+valid8 = valid8 || _valid1;
+}
+if(!valid8){
+const err26 = {};
 if(vErrors === null){
 vErrors = [err26];
 }
@@ -341,9 +379,20 @@ vErrors.push(err26);
 }
 errors++;
 }
+else {
+errors = _errs30;
+if(vErrors !== null){
+if(_errs30){
+vErrors.length = _errs30;
 }
 else {
-const err27 = {instancePath:instancePath+"/images/" + i1+"/tag",schemaPath:"#/properties/images/items/properties/tag/type",keyword:"type",params:{type: "string"},message:"must be string"};
+vErrors = null;
+}
+}
+}
+var valid7 = _errs29 === errors;
+if(valid7){
+const err27 = {instancePath:instancePath+"/images/" + i1,schemaPath:"#/properties/images/items/oneOf/1/not",keyword:"not",params:{},message:"must NOT be valid"};
 if(vErrors === null){
 vErrors = [err27];
 }
@@ -352,12 +401,20 @@ vErrors.push(err27);
 }
 errors++;
 }
+else {
+errors = _errs28;
+if(vErrors !== null){
+if(_errs28){
+vErrors.length = _errs28;
 }
-if(data10.entrypoint !== undefined){
-let data13 = data10.entrypoint;
-if(Array.isArray(data13)){
-if(data13.length < 1){
-const err28 = {instancePath:instancePath+"/images/" + i1+"/entrypoint",schemaPath:"#/properties/images/items/properties/entrypoint/minItems",keyword:"minItems",params:{limit: 1},message:"must NOT have fewer than 1 items"};
+else {
+vErrors = null;
+}
+}
+}
+if(data10 && typeof data10 == "object" && !Array.isArray(data10)){
+if(data10.like === undefined){
+const err28 = {instancePath:instancePath+"/images/" + i1,schemaPath:"#/properties/images/items/oneOf/1/required",keyword:"required",params:{missingProperty: "like"},message:"must have required property '"+"like"+"'"};
 if(vErrors === null){
 vErrors = [err28];
 }
@@ -366,10 +423,20 @@ vErrors.push(err28);
 }
 errors++;
 }
-const len2 = data13.length;
-for(let i2=0; i2<len2; i2++){
-if(typeof data13[i2] !== "string"){
-const err29 = {instancePath:instancePath+"/images/" + i1+"/entrypoint/" + i2,schemaPath:"#/properties/images/items/properties/entrypoint/items/type",keyword:"type",params:{type: "string"},message:"must be string"};
+}
+var _valid0 = _errs27 === errors;
+if(_valid0 && valid5){
+valid5 = false;
+passing0 = [passing0, 1];
+}
+else {
+if(_valid0){
+valid5 = true;
+passing0 = 1;
+}
+}
+if(!valid5){
+const err29 = {instancePath:instancePath+"/images/" + i1,schemaPath:"#/properties/images/items/oneOf",keyword:"oneOf",params:{passingSchemas: passing0},message:"must match exactly one schema in oneOf"};
 if(vErrors === null){
 vErrors = [err29];
 }
@@ -378,15 +445,124 @@ vErrors.push(err29);
 }
 errors++;
 }
-}
+else {
+errors = _errs23;
+if(vErrors !== null){
+if(_errs23){
+vErrors.length = _errs23;
 }
 else {
-const err30 = {instancePath:instancePath+"/images/" + i1+"/entrypoint",schemaPath:"#/properties/images/items/properties/entrypoint/type",keyword:"type",params:{type: "array"},message:"must be array"};
+vErrors = null;
+}
+}
+}
+if(data10 && typeof data10 == "object" && !Array.isArray(data10)){
+if(data10.repository === undefined){
+const err30 = {instancePath:instancePath+"/images/" + i1,schemaPath:"#/properties/images/items/required",keyword:"required",params:{missingProperty: "repository"},message:"must have required property '"+"repository"+"'"};
 if(vErrors === null){
 vErrors = [err30];
 }
 else {
 vErrors.push(err30);
+}
+errors++;
+}
+for(const key1 in data10){
+if(!((((((key1 === "repository") || (key1 === "tag")) || (key1 === "entrypoint")) || (key1 === "cmd")) || (key1 === "digest")) || (key1 === "like"))){
+const err31 = {instancePath:instancePath+"/images/" + i1,schemaPath:"#/properties/images/items/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key1},message:"must NOT have additional properties"};
+if(vErrors === null){
+vErrors = [err31];
+}
+else {
+vErrors.push(err31);
+}
+errors++;
+}
+}
+if(data10.repository !== undefined){
+let data11 = data10.repository;
+if(typeof data11 === "string"){
+if(data11.length < 1){
+const err32 = {instancePath:instancePath+"/images/" + i1+"/repository",schemaPath:"#/properties/images/items/properties/repository/minLength",keyword:"minLength",params:{limit: 1},message:"must NOT have fewer than 1 characters"};
+if(vErrors === null){
+vErrors = [err32];
+}
+else {
+vErrors.push(err32);
+}
+errors++;
+}
+}
+else {
+const err33 = {instancePath:instancePath+"/images/" + i1+"/repository",schemaPath:"#/properties/images/items/properties/repository/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err33];
+}
+else {
+vErrors.push(err33);
+}
+errors++;
+}
+}
+if(data10.tag !== undefined){
+let data12 = data10.tag;
+if(typeof data12 === "string"){
+if(data12.length < 1){
+const err34 = {instancePath:instancePath+"/images/" + i1+"/tag",schemaPath:"#/properties/images/items/properties/tag/minLength",keyword:"minLength",params:{limit: 1},message:"must NOT have fewer than 1 characters"};
+if(vErrors === null){
+vErrors = [err34];
+}
+else {
+vErrors.push(err34);
+}
+errors++;
+}
+}
+else {
+const err35 = {instancePath:instancePath+"/images/" + i1+"/tag",schemaPath:"#/properties/images/items/properties/tag/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err35];
+}
+else {
+vErrors.push(err35);
+}
+errors++;
+}
+}
+if(data10.entrypoint !== undefined){
+let data13 = data10.entrypoint;
+if(Array.isArray(data13)){
+if(data13.length < 1){
+const err36 = {instancePath:instancePath+"/images/" + i1+"/entrypoint",schemaPath:"#/properties/images/items/properties/entrypoint/minItems",keyword:"minItems",params:{limit: 1},message:"must NOT have fewer than 1 items"};
+if(vErrors === null){
+vErrors = [err36];
+}
+else {
+vErrors.push(err36);
+}
+errors++;
+}
+const len2 = data13.length;
+for(let i2=0; i2<len2; i2++){
+if(typeof data13[i2] !== "string"){
+const err37 = {instancePath:instancePath+"/images/" + i1+"/entrypoint/" + i2,schemaPath:"#/properties/images/items/properties/entrypoint/items/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err37];
+}
+else {
+vErrors.push(err37);
+}
+errors++;
+}
+}
+}
+else {
+const err38 = {instancePath:instancePath+"/images/" + i1+"/entrypoint",schemaPath:"#/properties/images/items/properties/entrypoint/type",keyword:"type",params:{type: "array"},message:"must be array"};
+if(vErrors === null){
+vErrors = [err38];
+}
+else {
+vErrors.push(err38);
 }
 errors++;
 }
@@ -397,85 +573,233 @@ if(Array.isArray(data15)){
 const len3 = data15.length;
 for(let i3=0; i3<len3; i3++){
 if(typeof data15[i3] !== "string"){
-const err31 = {instancePath:instancePath+"/images/" + i1+"/cmd/" + i3,schemaPath:"#/properties/images/items/properties/cmd/items/type",keyword:"type",params:{type: "string"},message:"must be string"};
+const err39 = {instancePath:instancePath+"/images/" + i1+"/cmd/" + i3,schemaPath:"#/properties/images/items/properties/cmd/items/type",keyword:"type",params:{type: "string"},message:"must be string"};
 if(vErrors === null){
-vErrors = [err31];
+vErrors = [err39];
 }
 else {
-vErrors.push(err31);
+vErrors.push(err39);
 }
 errors++;
 }
 }
 }
 else {
-const err32 = {instancePath:instancePath+"/images/" + i1+"/cmd",schemaPath:"#/properties/images/items/properties/cmd/type",keyword:"type",params:{type: "array"},message:"must be array"};
+const err40 = {instancePath:instancePath+"/images/" + i1+"/cmd",schemaPath:"#/properties/images/items/properties/cmd/type",keyword:"type",params:{type: "array"},message:"must be array"};
 if(vErrors === null){
-vErrors = [err32];
+vErrors = [err40];
 }
 else {
-vErrors.push(err32);
+vErrors.push(err40);
+}
+errors++;
+}
+}
+if(data10.digest !== undefined){
+let data17 = data10.digest;
+if(typeof data17 === "string"){
+if(!pattern0.test(data17)){
+const err41 = {instancePath:instancePath+"/images/" + i1+"/digest",schemaPath:"#/properties/images/items/properties/digest/pattern",keyword:"pattern",params:{pattern: "^sha256:[0-9a-f]{64}$"},message:"must match pattern \""+"^sha256:[0-9a-f]{64}$"+"\""};
+if(vErrors === null){
+vErrors = [err41];
+}
+else {
+vErrors.push(err41);
+}
+errors++;
+}
+}
+else {
+const err42 = {instancePath:instancePath+"/images/" + i1+"/digest",schemaPath:"#/properties/images/items/properties/digest/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err42];
+}
+else {
+vErrors.push(err42);
+}
+errors++;
+}
+}
+if(data10.like !== undefined){
+let data18 = data10.like;
+if(typeof data18 === "string"){
+if(data18.length < 1){
+const err43 = {instancePath:instancePath+"/images/" + i1+"/like",schemaPath:"#/properties/images/items/properties/like/minLength",keyword:"minLength",params:{limit: 1},message:"must NOT have fewer than 1 characters"};
+if(vErrors === null){
+vErrors = [err43];
+}
+else {
+vErrors.push(err43);
+}
+errors++;
+}
+}
+else {
+const err44 = {instancePath:instancePath+"/images/" + i1+"/like",schemaPath:"#/properties/images/items/properties/like/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err44];
+}
+else {
+vErrors.push(err44);
 }
 errors++;
 }
 }
 }
 else {
-const err33 = {instancePath:instancePath+"/images/" + i1,schemaPath:"#/properties/images/items/type",keyword:"type",params:{type: "object"},message:"must be object"};
+const err45 = {instancePath:instancePath+"/images/" + i1,schemaPath:"#/properties/images/items/type",keyword:"type",params:{type: "object"},message:"must be object"};
 if(vErrors === null){
-vErrors = [err33];
+vErrors = [err45];
 }
 else {
-vErrors.push(err33);
+vErrors.push(err45);
 }
 errors++;
 }
 }
 }
 else {
-const err34 = {instancePath:instancePath+"/images",schemaPath:"#/properties/images/type",keyword:"type",params:{type: "array"},message:"must be array"};
+const err46 = {instancePath:instancePath+"/images",schemaPath:"#/properties/images/type",keyword:"type",params:{type: "array"},message:"must be array"};
 if(vErrors === null){
-vErrors = [err34];
+vErrors = [err46];
 }
 else {
-vErrors.push(err34);
+vErrors.push(err46);
 }
 errors++;
 }
 }
 if(data.diagnosticsFile !== undefined){
-let data17 = data.diagnosticsFile;
-if(typeof data17 === "string"){
-if(data17.length < 1){
-const err35 = {instancePath:instancePath+"/diagnosticsFile",schemaPath:"#/properties/diagnosticsFile/minLength",keyword:"minLength",params:{limit: 1},message:"must NOT have fewer than 1 characters"};
+let data19 = data.diagnosticsFile;
+if(typeof data19 === "string"){
+if(data19.length < 1){
+const err47 = {instancePath:instancePath+"/diagnosticsFile",schemaPath:"#/properties/diagnosticsFile/minLength",keyword:"minLength",params:{limit: 1},message:"must NOT have fewer than 1 characters"};
 if(vErrors === null){
-vErrors = [err35];
+vErrors = [err47];
 }
 else {
-vErrors.push(err35);
+vErrors.push(err47);
 }
 errors++;
 }
 }
 else {
-const err36 = {instancePath:instancePath+"/diagnosticsFile",schemaPath:"#/properties/diagnosticsFile/type",keyword:"type",params:{type: "string"},message:"must be string"};
+const err48 = {instancePath:instancePath+"/diagnosticsFile",schemaPath:"#/properties/diagnosticsFile/type",keyword:"type",params:{type: "string"},message:"must be string"};
 if(vErrors === null){
-vErrors = [err36];
+vErrors = [err48];
 }
 else {
-vErrors.push(err36);
+vErrors.push(err48);
+}
+errors++;
+}
+}
+if(data.registryLookup !== undefined){
+let data20 = data.registryLookup;
+if(!(((data20 === "missing") || (data20 === "never")) || (data20 === "always"))){
+const err49 = {instancePath:instancePath+"/registryLookup",schemaPath:"#/properties/registryLookup/enum",keyword:"enum",params:{allowedValues: schema11.properties.registryLookup.enum},message:"must be equal to one of the allowed values"};
+if(vErrors === null){
+vErrors = [err49];
+}
+else {
+vErrors.push(err49);
+}
+errors++;
+}
+}
+if(data.registryPlatform !== undefined){
+let data21 = data.registryPlatform;
+if(typeof data21 === "string"){
+if(!pattern1.test(data21)){
+const err50 = {instancePath:instancePath+"/registryPlatform",schemaPath:"#/properties/registryPlatform/pattern",keyword:"pattern",params:{pattern: "^[a-z0-9]+/[a-z0-9_]+(/[a-z0-9]+)?$"},message:"must match pattern \""+"^[a-z0-9]+/[a-z0-9_]+(/[a-z0-9]+)?$"+"\""};
+if(vErrors === null){
+vErrors = [err50];
+}
+else {
+vErrors.push(err50);
+}
+errors++;
+}
+}
+else {
+const err51 = {instancePath:instancePath+"/registryPlatform",schemaPath:"#/properties/registryPlatform/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err51];
+}
+else {
+vErrors.push(err51);
+}
+errors++;
+}
+}
+if(data.registryTimeoutSeconds !== undefined){
+let data22 = data.registryTimeoutSeconds;
+if((typeof data22 == "number") && (isFinite(data22))){
+if(data22 > 60 || isNaN(data22)){
+const err52 = {instancePath:instancePath+"/registryTimeoutSeconds",schemaPath:"#/properties/registryTimeoutSeconds/maximum",keyword:"maximum",params:{comparison: "<=", limit: 60},message:"must be <= 60"};
+if(vErrors === null){
+vErrors = [err52];
+}
+else {
+vErrors.push(err52);
+}
+errors++;
+}
+if(data22 <= 0 || isNaN(data22)){
+const err53 = {instancePath:instancePath+"/registryTimeoutSeconds",schemaPath:"#/properties/registryTimeoutSeconds/exclusiveMinimum",keyword:"exclusiveMinimum",params:{comparison: ">", limit: 0},message:"must be > 0"};
+if(vErrors === null){
+vErrors = [err53];
+}
+else {
+vErrors.push(err53);
+}
+errors++;
+}
+}
+else {
+const err54 = {instancePath:instancePath+"/registryTimeoutSeconds",schemaPath:"#/properties/registryTimeoutSeconds/type",keyword:"type",params:{type: "number"},message:"must be number"};
+if(vErrors === null){
+vErrors = [err54];
+}
+else {
+vErrors.push(err54);
+}
+errors++;
+}
+}
+if(data.cacheDir !== undefined){
+let data23 = data.cacheDir;
+if(typeof data23 === "string"){
+if(data23.length < 1){
+const err55 = {instancePath:instancePath+"/cacheDir",schemaPath:"#/properties/cacheDir/minLength",keyword:"minLength",params:{limit: 1},message:"must NOT have fewer than 1 characters"};
+if(vErrors === null){
+vErrors = [err55];
+}
+else {
+vErrors.push(err55);
+}
+errors++;
+}
+}
+else {
+const err56 = {instancePath:instancePath+"/cacheDir",schemaPath:"#/properties/cacheDir/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err56];
+}
+else {
+vErrors.push(err56);
 }
 errors++;
 }
 }
 }
 else {
-const err37 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
+const err57 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
 if(vErrors === null){
-vErrors = [err37];
+vErrors = [err57];
 }
 else {
-vErrors.push(err37);
+vErrors.push(err57);
 }
 errors++;
 }

@@ -8,13 +8,19 @@
 import { parse as parseYaml } from 'yaml';
 import { PreflightError } from './errors.js';
 import { validateConfig, type SchemaError } from './config-validate.js';
+import { KNOWN_IMAGES } from './images.js';
 
+/** A config `images` entry: the start of an image (`entrypoint`/`cmd`), or `like:` a built-in table row. */
 export interface ImageStart {
   repository: string;
   tag?: string;
-  entrypoint: string[];
+  digest?: string;
+  entrypoint?: string[];
   cmd?: string[];
+  like?: string;
 }
+
+export type RegistryLookupMode = 'missing' | 'never' | 'always';
 
 export interface Options {
   timeoutSeconds: number;
@@ -26,6 +32,13 @@ export interface Options {
   containerNames: string[];
   images: ImageStart[];
   diagnosticsFile?: string;
+  /** Ask an image's registry for its start: only when nothing else places it, never, or first. */
+  registryLookup: RegistryLookupMode;
+  /** Which image of a multi-platform index runs on the nodes. */
+  registryPlatform: string;
+  registryTimeoutSeconds: number;
+  /** Where registry answers are cached (default: $XDG_CACHE_HOME/vram-preflight). */
+  cacheDir?: string;
 }
 
 export const DEFAULT_OPTIONS: Readonly<Options> = Object.freeze({
@@ -37,6 +50,9 @@ export const DEFAULT_OPTIONS: Readonly<Options> = Object.freeze({
   onNvidiaSmiUnavailable: 'warn',
   containerNames: [],
   images: [],
+  registryLookup: 'missing',
+  registryPlatform: 'linux/amd64',
+  registryTimeoutSeconds: 5,
 });
 
 type Key = keyof Options;
@@ -52,6 +68,10 @@ export const SCALAR_OPTIONS: readonly { key: Key; flag: string; env: string; kin
   { key: 'onNvidiaSmiUnavailable', flag: '--on-nvidia-smi-unavailable', env: 'VRAM_PREFLIGHT_ON_NVIDIA_SMI_UNAVAILABLE', kind: 'text', help: 'warn|fail: when nvidia-smi is missing or unreadable (default warn)' },
   { key: 'containerNames', flag: '--container-name', env: 'VRAM_PREFLIGHT_CONTAINER_NAMES', kind: 'list', help: 'only consider containers matching this name pattern (repeatable; env: comma list)' },
   { key: 'diagnosticsFile', flag: '--diagnostics-file', env: 'VRAM_PREFLIGHT_DIAGNOSTICS_FILE', kind: 'text', help: 'also write warnings and errors to FILE (Helm 4 hides stderr)' },
+  { key: 'registryLookup', flag: '--registry-lookup', env: 'VRAM_PREFLIGHT_REGISTRY_LOOKUP', kind: 'text', help: 'missing|never|always: read image starts from registries (default missing: only what nothing else places)' },
+  { key: 'registryPlatform', flag: '--registry-platform', env: 'VRAM_PREFLIGHT_REGISTRY_PLATFORM', kind: 'text', help: 'platform of multi-arch images, os/arch[/variant] (default linux/amd64)' },
+  { key: 'registryTimeoutSeconds', flag: '--registry-timeout-seconds', env: 'VRAM_PREFLIGHT_REGISTRY_TIMEOUT_SECONDS', kind: 'number', help: 'per-request registry timeout (default 5)' },
+  { key: 'cacheDir', flag: '--cache-dir', env: 'VRAM_PREFLIGHT_CACHE_DIR', kind: 'text', help: 'registry answer cache (default $XDG_CACHE_HOME/vram-preflight)' },
 ];
 
 export const CONFIG_FLAG = '--config';
@@ -117,7 +137,18 @@ export function optionsFromFile(text: string, path: string): PartialOptions {
   }
   const { $schema: _ignored, ...options } = value as Record<string, unknown>;
   checkOptions(options, `config file ${path}`);
+  checkLikes(options.images as ImageStart[] | undefined, path);
   return options as PartialOptions;
+}
+
+/** `like:` must name a row of the built-in table, or it would silently place nothing. */
+function checkLikes(images: readonly ImageStart[] | undefined, path: string): void {
+  const known = [...new Set(KNOWN_IMAGES.map((row) => row.repository))];
+  for (const [i, entry] of (images ?? []).entries()) {
+    if (entry.like !== undefined && !known.includes(entry.like)) {
+      throw new PreflightError('BAD_CONFIG', `invalid config file ${path}: images.${i}.like is "${entry.like}", which is not a repository of the built-in table`, { fix: `use one of: ${known.join(', ')}` });
+    }
+  }
 }
 
 export function mergeOptions(...layers: PartialOptions[]): Options {

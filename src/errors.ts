@@ -13,6 +13,7 @@ export type ErrorCode =
   | 'BAD_ANNOTATION'
   | 'BAD_CONTAINER'
   | 'UNSUPPORTED_LAYOUT'
+  | 'UNSAFE_EDIT'
   | 'BAD_OPTION'
   | 'BAD_CONFIG'
   | 'USAGE'
@@ -66,7 +67,7 @@ export class PreflightError extends Error {
     if (image !== undefined) where.push(`image "${image}"`);
     if (position) where.push(`line ${position.line}, column ${position.col}`);
     const lines = [`error ${this.code}: ${where.length ? `${where.join(', ')}: ` : ''}${this.message}`];
-    if (fix) lines.push(`  fix: ${fix}`);
+    if (fix) lines.push(`  fix: ${fix.replace(/\n/g, '\n       ')}`);
     return lines.join('\n');
   }
 }

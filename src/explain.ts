@@ -18,7 +18,7 @@ export function renderExplanation(result: TransformResult, options: Options): st
     c.initContainer ? `${c.container} (init)` : c.container,
     c.image ?? '-',
     c.action,
-    c.utilization ? `${c.utilization.value} (${c.utilization.source})` : '-',
+    c.utilization ? `${c.utilization.value ?? 'at run time'} (${c.utilization.source})` : '-',
     c.gpus.length ? c.gpus.join(',') : '-',
     c.reason,
   ]);
@@ -31,7 +31,12 @@ export function renderExplanation(result: TransformResult, options: Options): st
   );
   for (const c of wrapped) {
     const budget = c.probeBudgetSeconds === undefined ? 'no startup or liveness probe' : `probe budget ${c.probeBudgetSeconds}s`;
-    lines.push(`  ${c.workload} ${c.container}: start from ${c.startOrigin}; utilization from ${c.utilization?.origin}; ${budget}.`);
+    lines.push(`  ${c.workload} ${c.container}: start from ${c.startOrigin}; utilization from ${c.utilization?.origin}; GPU signal: ${c.gpus.join(', ') || 'none'}; ${budget}.`);
+    if (c.startEvidence && c.startEvidence.source !== 'command' && c.startEvidence.source !== 'wrapped') lines.push(`    evidence: ${c.startEvidence.detail}`);
+  }
+  const notes = result.containers.filter((c) => c.notes.length);
+  if (notes.length) {
+    lines.push('', 'Notes:', ...notes.flatMap((c) => c.notes.map((n) => `  - ${c.workload} ${c.container}: ${n}`)));
   }
   if (result.warnings.length) {
     lines.push('', 'Warnings:', ...result.warnings.map((w) => `  - ${w}`));

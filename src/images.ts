@@ -1,136 +1,173 @@
 /**
- * What a known image runs when a container gives no `command` (ENTRYPOINT)
- * and no `args` (CMD). Adding an image, or a new start of one, is one row.
+ * What known images run when a container gives no `command` (their
+ * ENTRYPOINT) and no `args` (their CMD). Adding an image, or a new start of
+ * one, is one row. Every row carries its evidence; `explain` and
+ * docs/detection.md show it. Sources: shared notes "image-starts-evidence".
  *
- * Rows are version-aware: an image whose start changed between tags has one
- * row per start. A tag that no row can place (a custom tag, a bare digest) is
- * refused rather than guessed: a wrong start crash-loops the model.
+ * A tag no row places (a custom or model tag, a nightly without a date, a
+ * digest, the releases where the evidence does not settle the start) is not
+ * guessed: a wrong start crash-loops the model. The registry lookup, a config
+ * entry or an explicit `command:` places it instead.
  */
+import { compareVersions, effectiveTag, parseVersion, repositoryMatches, type ImageReference, type Version } from './image-ref.js';
 
-export interface TagRange {
-  /** Inclusive lower bound, `major.minor.patch`. */
+/** How the tags of one repository read. */
+export type TagGrammar = 'vllm' | 'lmcache' | 'kserve' | 'plain';
+
+export interface ParsedTag {
+  version?: Version;
+  /** `nightly-YYYY-MM-DD`. */
+  date?: string;
+  /** A named tag without its variant suffixes (`latest`, `latest-nightly`, `nightly`, `glm5`). */
+  name?: string;
+  /** A variant that changes the start (KServe's `-gpu`); '' for none. */
+  variant: string;
+}
+
+/** Suffixes that name the same release built for another architecture, CUDA or base OS. */
+const VLLM_SUFFIXES = /^(.*?)(-(?:x86_64|aarch64|arm64))?(-cu\d{3})?(-ubuntu\d{4})?$/;
+const LMCACHE_SUFFIXES = /^(.*?)(-cu\d{3})?$/;
+const NIGHTLY_DATE = /^nightly-(\d{4}-\d{2}-\d{2})$/;
+
+export function parseTag(tag: string, grammar: TagGrammar): ParsedTag {
+  let base = tag;
+  let variant = '';
+  if (grammar === 'vllm') base = VLLM_SUFFIXES.exec(tag)![1]!;
+  else if (grammar === 'lmcache') base = LMCACHE_SUFFIXES.exec(tag)![1]!;
+  else if (grammar === 'kserve' && tag.endsWith('-gpu')) {
+    base = tag.slice(0, -4);
+    variant = 'gpu';
+  }
+  const version = parseVersion(base);
+  if (version) return { version, variant };
+  const date = grammar === 'lmcache' ? NIGHTLY_DATE.exec(base)?.[1] : undefined;
+  if (date) return { date, variant };
+  return { name: base, variant };
+}
+
+export interface TagRule {
+  /** Inclusive bounds (`0.14.1`; an rc sorts before its release, `.N` after). */
   from?: string;
-  /** Exclusive upper bound, `major.minor.patch`. */
+  through?: string;
+  /** Exclusive upper bound. */
   below?: string;
-  /** Named tags this row also covers (e.g. `latest`). */
+  /** Named tags (variant suffixes stripped). */
   named?: readonly string[];
+  /** Inclusive bounds on `nightly-YYYY-MM-DD`. */
+  datesFrom?: string;
+  datesThrough?: string;
+  /** Only tags of this variant ('' = no variant suffix). */
+  variant?: string;
 }
 
 export interface KnownImage {
-  /** Repository path without registry, as on Docker Hub (`library/` implied for single names). */
+  /** Repository path as on Docker Hub, or with its registry (`ghcr.io/llm-d/llm-d-cuda`). */
   repository: string;
-  tags: TagRange;
+  grammar: TagGrammar;
+  tags: TagRule;
   entrypoint: readonly string[];
-  /** The image's CMD; `[]` when the image has none. */
+  /** The image's CMD; `[]` when it has none. */
   cmd: readonly string[];
-  /** Where this was read: the Dockerfile and release it comes from. */
+  /** Proven: a Dockerfile at a commit or a quoted `docker inspect`; inferred: indirect evidence, named. */
+  confidence: 'proven' | 'inferred';
   evidence: string;
 }
 
-/*
- * vllm/vllm-openai switched its ENTRYPOINT from the api_server module to
- * `vllm serve` some time between January 2026 (vllm#32292 still describes the
- * module: a positional model is ignored) and v0.26.0 (`docker inspect` shows
- * ["vllm","serve"], NVIDIA-AI-IOT/jetson-ai-lab#420). The exact release could
- * not be settled from the sources we can read, so tags in between are refused:
- * name the start in `command:` or in the config file's `images`.
- */
+/** Tag ranges the evidence leaves open, per repository, for the refusal message. */
+export interface UnplacedRange {
+  repository: string;
+  tags: TagRule;
+  why: string;
+}
+
+const API_SERVER = ['python3', '-m', 'vllm.entrypoints.openai.api_server'];
+
 export const KNOWN_IMAGES: readonly KnownImage[] = [
-  { repository: 'vllm/vllm-openai', tags: { from: '0.26.0', named: ['latest'] }, entrypoint: ['vllm', 'serve'], cmd: [], evidence: 'vllm docker/Dockerfile target vllm-openai; docker inspect of v0.26.0 (jetson-ai-lab#420)' },
-  { repository: 'vllm/vllm-openai', tags: { from: '0.1.0', below: '0.13.0' }, entrypoint: ['python3', '-m', 'vllm.entrypoints.openai.api_server'], cmd: [], evidence: 'vllm Dockerfile target vllm-openai up to at least 2026-01 (vllm#17172, vllm#25309, vllm#32292)' },
-  { repository: 'lmcache/vllm-openai', tags: { from: '0.3.0', named: ['latest'] }, entrypoint: ['/opt/venv/bin/vllm', 'serve'], cmd: [], evidence: 'LMCache docker/Dockerfile (image-release stage); LMCache#898, #906' },
-  { repository: 'kserve/huggingfaceserver', tags: { from: '0.13.0', named: ['latest'] }, entrypoint: ['python3', '-m', 'huggingfaceserver'], cmd: [], evidence: 'kserve python/huggingface_server.Dockerfile' },
+  { repository: 'vllm/vllm-openai', grammar: 'vllm', tags: { through: '0.11.0' }, entrypoint: API_SERVER, cmd: [], confidence: 'proven', evidence: 'vllm docker/Dockerfile @0000977e (target vllm-openai, no CMD); vllm#17172, vllm#25309; v0.11.0 image: vllm#27389' },
+  { repository: 'vllm/vllm-openai', grammar: 'vllm', tags: { from: '0.14.1', named: ['latest'] }, entrypoint: ['vllm', 'serve'], cmd: [], confidence: 'proven', evidence: 'docker inspect of v0.26.0 (Entrypoint ["vllm","serve"], Cmd null): NVIDIA-AI-IOT/jetson-ai-lab#420; v0.17.1: vllm#37133; v0.20.1: vllm#42399; v0.14.1: vllm-project/recipes 13874d7a' },
+  { repository: 'lmcache/vllm-openai', grammar: 'lmcache', tags: { from: '0.3.0', named: ['latest', 'latest-nightly'], datesFrom: '2025-06-16' }, entrypoint: ['/opt/venv/bin/vllm', 'serve'], cmd: [], confidence: 'inferred', evidence: 'LMCache docker/Dockerfile @ab6cf272 (image-build, image-release); production-stack#514 (2025-06-16: new nightly entrypoint); LMCache#898; unchanged in LMCache#3275 (2026-05)' },
+  { repository: 'kserve/huggingfaceserver', grammar: 'kserve', tags: { from: '0.15.0', named: ['latest'], variant: 'gpu' }, entrypoint: ['python3', '-m', 'huggingfaceserver'], cmd: [], confidence: 'proven', evidence: 'kserve python/huggingface_server.Dockerfile, every revision since kserve#3334 (GPU image, -gpu tags since kserve#4049)' },
+  { repository: 'kserve/huggingfaceserver', grammar: 'kserve', tags: { from: '0.15.0', named: ['latest'], variant: '' }, entrypoint: ['python', '-m', 'huggingfaceserver'], cmd: [], confidence: 'proven', evidence: 'kserve python/huggingface_server_cpu.Dockerfile, every revision (CPU image, unsuffixed tags since v0.15.0)' },
+  { repository: 'kserve/huggingfaceserver', grammar: 'kserve', tags: { from: '0.12.0', below: '0.15.0', variant: '' }, entrypoint: ['python3', '-m', 'huggingfaceserver'], cmd: [], confidence: 'proven', evidence: 'kserve python/huggingface_server.Dockerfile since kserve#3334 (2024-01; the unsuffixed tag was the GPU image before v0.15.0)' },
+  { repository: 'ghcr.io/llm-d/llm-d', grammar: 'plain', tags: { below: '0.3.0' }, entrypoint: API_SERVER, cmd: [], confidence: 'proven', evidence: 'llm-d/llm-d Dockerfile (2025-06)' },
+  { repository: 'ghcr.io/llm-d/llm-d-cuda', grammar: 'plain', tags: { from: '0.3.0', below: '0.5.0' }, entrypoint: ['python', '-m', 'vllm.entrypoints.openai.api_server'], cmd: [], confidence: 'proven', evidence: 'llm-d/llm-d docker/Dockerfile.cuda @a22af716 (2025-10) and @0199edbf (2026-01)' },
+  { repository: 'nvcr.io/nvidia/ai-dynamo/vllm-runtime', grammar: 'plain', tags: {}, entrypoint: ['/opt/nvidia/nvidia_entrypoint.sh'], cmd: [], confidence: 'inferred', evidence: 'ai-dynamo/dynamo container/Dockerfile.vllm @039a0245 (NGC base entrypoint, CMD [])' },
 ];
 
-export interface ImageReference {
-  /** As written in the manifest. */
-  raw: string;
-  registry: string;
-  /** Repository path, normalised as on Docker Hub. */
-  repository: string;
-  tag?: string;
-  digest?: string;
+export const UNPLACED_RANGES: readonly UnplacedRange[] = [
+  { repository: 'vllm/vllm-openai', tags: { from: '0.11.0.1', below: '0.14.1' }, why: 'vLLM moved this image from the api_server module to `vllm serve` in one of v0.11.1-v0.14.0, and no source settles which' },
+  { repository: 'lmcache/vllm-openai', tags: { datesThrough: '2025-06-15' }, why: 'LMCache changed this image\'s ENTRYPOINT around May-June 2025' },
+];
+
+function versionIn(version: Version, rule: TagRule): boolean {
+  const bound = (text: string) => parseVersion(text)!;
+  if (rule.from !== undefined && compareVersions(version, bound(rule.from)) < 0) return false;
+  if (rule.through !== undefined && compareVersions(version, bound(rule.through)) > 0) return false;
+  if (rule.below !== undefined && compareVersions(version, bound(rule.below)) >= 0) return false;
+  return true;
 }
 
-export function parseImage(raw: string): ImageReference {
-  let rest = raw.trim();
-  let digest: string | undefined;
-  const at = rest.indexOf('@');
-  if (at !== -1) {
-    digest = rest.slice(at + 1);
-    rest = rest.slice(0, at);
+/** True when a tag (in the repository's grammar) lies in the rule. */
+export function tagMatches(parsed: ParsedTag, rule: TagRule): boolean {
+  if (rule.variant !== undefined && parsed.variant !== rule.variant) return false;
+  if (parsed.name !== undefined) return rule.named?.includes(parsed.name) ?? false;
+  if (parsed.date !== undefined) {
+    if (rule.datesFrom === undefined && rule.datesThrough === undefined) return false;
+    return (rule.datesFrom === undefined || parsed.date >= rule.datesFrom) && (rule.datesThrough === undefined || parsed.date <= rule.datesThrough);
   }
-  let tag: string | undefined;
-  const lastSlash = rest.lastIndexOf('/');
-  const colon = rest.lastIndexOf(':');
-  if (colon > lastSlash) {
-    tag = rest.slice(colon + 1);
-    rest = rest.slice(0, colon);
+  if (parsed.version !== undefined) {
+    const hasBounds = rule.from !== undefined || rule.through !== undefined || rule.below !== undefined;
+    const rowTakesAll = !hasBounds && rule.named === undefined && rule.datesFrom === undefined && rule.datesThrough === undefined;
+    return (hasBounds || rowTakesAll) && versionIn(parsed.version, rule);
   }
-  let registry = 'docker.io';
-  const firstSlash = rest.indexOf('/');
-  if (firstSlash !== -1) {
-    const first = rest.slice(0, firstSlash);
-    if (first.includes('.') || first.includes(':') || first === 'localhost') {
-      registry = first;
-      rest = rest.slice(firstSlash + 1);
-    }
-  }
-  if (registry === 'docker.io' || registry === 'index.docker.io' || registry === 'registry-1.docker.io') {
-    registry = 'docker.io';
-    if (!rest.includes('/')) rest = `library/${rest}`;
-  }
-  return { raw, registry, repository: rest.toLowerCase(), tag, digest };
+  return false;
 }
 
-/** A mirror keeps the path: `harbor.corp/proxy/vllm/vllm-openai` is `vllm/vllm-openai`. */
-export function repositoryMatches(image: ImageReference, repository: string): boolean {
-  const want = repository.toLowerCase();
-  return image.repository === want || image.repository.endsWith(`/${want}`);
+/** A row matches every tag when it states no rule at all. */
+function takesEveryTag(rule: TagRule): boolean {
+  return Object.keys(rule).length === 0;
 }
 
-interface Version {
-  parts: [number, number, number];
-  /** Anything after major.minor.patch (`rc1`, `-cu126`, ...). */
-  suffix: string;
+/** The row placing this image, looked up under `repository` (the image's own, or a `like:` alias). */
+export function findKnownImage(image: ImageReference, repository?: string): KnownImage | undefined {
+  const tag = effectiveTag(image);
+  return KNOWN_IMAGES.find((row) => {
+    if (repository !== undefined ? row.repository !== repository : !repositoryMatches(image, row.repository)) return false;
+    if (takesEveryTag(row.tags)) return true;
+    return tag !== undefined && tagMatches(parseTag(tag, row.grammar), row.tags);
+  });
 }
 
-function parseVersion(text: string): Version | undefined {
-  const match = /^v?(\d+)\.(\d+)\.(\d+)(.*)$/.exec(text);
-  if (!match) return undefined;
-  return { parts: [Number(match[1]), Number(match[2]), Number(match[3])], suffix: match[4] ?? '' };
-}
-
-function compare(a: readonly number[], b: readonly number[]): number {
-  for (let i = 0; i < 3; i++) {
-    const d = (a[i] ?? 0) - (b[i] ?? 0);
-    if (d !== 0) return d;
-  }
-  return 0;
-}
-
-/**
- * True when the tag lies in the range. A suffixed tag of a boundary version
- * (`v0.10.0rc1`) could lie on either side of the change, so it is not placed.
- */
-export function tagInRange(tag: string, range: TagRange): boolean {
-  if (range.named?.includes(tag)) return true;
-  const version = parseVersion(tag);
-  if (!version) return false;
-  const bounds = [range.from, range.below].filter((b): b is string => b !== undefined).map((b) => parseVersion(b)!.parts);
-  if (version.suffix !== '' && bounds.some((b) => compare(version.parts, b) === 0)) return false;
-  if (range.from !== undefined && compare(version.parts, parseVersion(range.from)!.parts) < 0) return false;
-  if (range.below !== undefined && compare(version.parts, parseVersion(range.below)!.parts) >= 0) return false;
-  return range.from !== undefined || range.below !== undefined;
-}
-
-export function findKnownImage(image: ImageReference): KnownImage | undefined {
-  // No tag means `latest` to the container runtime; a bare digest names no tag to place.
-  const tag = image.tag ?? (image.digest === undefined ? 'latest' : undefined);
-  if (tag === undefined) return undefined;
-  return KNOWN_IMAGES.find((row) => repositoryMatches(image, row.repository) && tagInRange(tag, row.tags));
+/** Why the table does not place this image, for the refusal message. */
+export function whyUnplaced(image: ImageReference, repository?: string): string {
+  const rows = KNOWN_IMAGES.filter((row) => (repository !== undefined ? row.repository === repository : repositoryMatches(image, row.repository)));
+  const name = repository ?? rows[0]?.repository;
+  if (rows.length === 0) return 'the image is not in the built-in table';
+  const tag = effectiveTag(image);
+  if (tag === undefined) return `${name} is pinned by digest only, and a digest names no release the table can place`;
+  const parsed = parseTag(tag, rows[0]!.grammar);
+  const gap = UNPLACED_RANGES.find((g) => g.repository === name && tagMatches(parsed, g.tags));
+  if (gap) return `the built-in table does not place ${name}:${tag}: ${gap.why}`;
+  if (parsed.name !== undefined) return `the built-in table does not place ${name}:${tag}: a custom, nightly or model tag names no release`;
+  return `the built-in table has no row for ${name}:${tag}`;
 }
 
 export function isKnownRepository(image: ImageReference): boolean {
   return KNOWN_IMAGES.some((row) => repositoryMatches(image, row.repository));
+}
+
+/** The table row whose repository this one looks like by its last path component (a renamed mirror). */
+export function lookAlikeRepository(image: ImageReference): string | undefined {
+  const last = image.repository.slice(image.repository.lastIndexOf('/') + 1);
+  return KNOWN_IMAGES.find((row) => row.repository.slice(row.repository.lastIndexOf('/') + 1) === last)?.repository;
+}
+
+/**
+ * vLLM's family: images that run vLLM unless their command says otherwise.
+ * Their name says so (`vllm` anywhere in the repository: vllm-openai, its
+ * mirrors, LMCache, Dynamo's vllm-runtime) or they are llm-d's images.
+ */
+export function isVllmFamilyImage(image: ImageReference): boolean {
+  const repo = image.repository;
+  return repo.includes('vllm') || /(^|\/)llm-d\/llm-d(-[a-z0-9]+)*$/.test(repo);
 }

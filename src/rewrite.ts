@@ -3,8 +3,9 @@
  * Only the bytes of those two entries change; every other byte of the
  * document, comments, quoting and Helm's odd indentation included, stays.
  */
-import { isScalar, isSeq, type Node, type Pair, type YAMLMap } from 'yaml';
+import { isAlias, isScalar, isSeq, type Document, type Node, type Pair, type YAMLMap } from 'yaml';
 import { PreflightError, type ErrorDetails } from './errors.js';
+import { effectivePair, keyName, resolveAlias } from './yaml-nodes.js';
 
 export interface TextEdit {
   start: number;
@@ -12,13 +13,17 @@ export interface TextEdit {
   text: string;
 }
 
-/** Applies non-overlapping edits to a text. */
+/** Applies non-overlapping edits to a text in one pass (thousands of edits in one document stay linear). */
 export function applyEdits(text: string, edits: readonly TextEdit[]): string {
-  let result = text;
-  for (const edit of [...edits].sort((a, b) => b.start - a.start)) {
-    result = result.slice(0, edit.start) + edit.text + result.slice(edit.end);
+  const sorted = [...edits].sort((a, b) => a.start - b.start || a.end - b.end);
+  const parts: string[] = [];
+  let at = 0;
+  for (const edit of sorted) {
+    parts.push(text.slice(at, edit.start), edit.text);
+    at = edit.end;
   }
-  return result;
+  parts.push(text.slice(at));
+  return parts.join('');
 }
 
 /**
@@ -41,6 +46,12 @@ export function quoteYamlString(value: string): string {
   return `${out}"`;
 }
 
+/** An anchor (`&name `) kept on the item it labelled, so aliases elsewhere still resolve to the same value. */
+function anchorOf(anchors: readonly (string | undefined)[] | undefined, i: number): string {
+  const name = anchors?.[i];
+  return name === undefined ? '' : `&${name} `;
+}
+
 /** A literal block scalar item, so the script reads as a script in the rendered manifest. */
 function blockScalarItem(value: string, itemIndent: string): string[] {
   const body = value.endsWith('\n') ? value.slice(0, -1) : value;
@@ -51,14 +62,20 @@ function blockScalarItem(value: string, itemIndent: string): string[] {
   return [`${itemIndent}- |${chomp}`, ...body.split('\n').map((line) => (line === '' ? '' : `${indent}${line}`))];
 }
 
+/** Anchors to keep, by item index, for the new `command` and `args`. */
+export interface KeptAnchors {
+  command?: readonly (string | undefined)[];
+  args?: readonly (string | undefined)[];
+}
+
 /** `command:` and `args:` entries (no args entry when `args` is null), one line per item, at the container's key indentation. */
-export function renderStart(command: readonly string[], args: readonly string[] | null, keyIndent: string, nl: string): string {
+export function renderStart(command: readonly string[], args: readonly string[] | null, keyIndent: string, nl: string, anchors: KeptAnchors = {}): string {
   const itemIndent = `${keyIndent}  `;
-  const lines = ['command:', ...command.map((item) => `${itemIndent}- ${quoteYamlString(item)}`)];
+  const lines = ['command:', ...command.map((item, i) => `${itemIndent}- ${anchorOf(anchors.command, i)}${quoteYamlString(item)}`)];
   if (args !== null) lines.push(`${keyIndent}args:`);
   (args ?? []).forEach((item, i) => {
-    if (i === 0 && item.includes('\n')) lines.push(...blockScalarItem(item, itemIndent));
-    else lines.push(`${itemIndent}- ${quoteYamlString(item)}`);
+    if (i === 0 && item.includes('\n') && anchors.args?.[0] === undefined) lines.push(...blockScalarItem(item, itemIndent));
+    else lines.push(`${itemIndent}- ${anchorOf(anchors.args, i)}${quoteYamlString(item)}`);
   });
   return lines.join(nl);
 }
@@ -74,8 +91,15 @@ function pastLineEnd(text: string, offset: number): number {
   return newline === -1 ? text.length : newline + 1;
 }
 
-function keyName(pair: Pair): string | undefined {
-  return isScalar(pair.key) ? String(pair.key.value) : undefined;
+/**
+ * Where a pair starts in the text: its key, or the `?` of an explicit key
+ * (`? command` / `: [...]`), which belongs to the pair too.
+ */
+function pairStart(text: string, pair: Pair): number {
+  const keyStart = (pair.key as Node).range![0];
+  const before = text.slice(lineStart(text, keyStart), keyStart);
+  const explicit = /\?[ \t]*$/.exec(before);
+  return explicit ? keyStart - before.length + explicit.index : keyStart;
 }
 
 function valueEnd(pair: Pair): number {
@@ -95,6 +119,7 @@ export function startEdits(
   args: readonly string[] | null,
   nl: string,
   context: ErrorDetails,
+  anchors: KeptAnchors = {},
 ): TextEdit[] {
   const first = container.items[0];
   if (container.flow || !first || !(first.key as Node | null)?.range) {
@@ -103,18 +128,18 @@ export function startEdits(
       fix: 'write the container as a block mapping (one key per line), as helm and kubectl do',
     });
   }
-  const firstKeyStart = (first.key as Node).range![0];
-  const keyIndent = ' '.repeat(firstKeyStart - lineStart(text, firstKeyStart));
-  const rendered = renderStart(command, args, keyIndent, nl);
+  const firstStart = pairStart(text, first);
+  const keyIndent = ' '.repeat(firstStart - lineStart(text, firstStart));
+  const rendered = renderStart(command, args, keyIndent, nl, anchors);
   const existing = container.items
     .filter((pair) => keyName(pair) === 'command' || keyName(pair) === 'args')
     .sort((a, b) => (a.key as Node).range![0] - (b.key as Node).range![0]);
 
   if (existing.length === 0) {
-    return [{ start: firstKeyStart, end: firstKeyStart, text: `${rendered}${nl}${keyIndent}` }];
+    return [{ start: firstStart, end: firstStart, text: `${rendered}${nl}${keyIndent}` }];
   }
   return existing.map((pair, i) => {
-    const keyStart = (pair.key as Node).range![0];
+    const keyStart = pairStart(text, pair);
     const end = pastLineEnd(text, valueEnd(pair));
     const rest = text.slice(valueEnd(pair), end);
     if (!/^[ \t]*(#.*)?\r?\n?$/.test(rest)) {
@@ -133,15 +158,28 @@ export function startEdits(
   });
 }
 
-/** A container's `command` or `args` as strings; null when absent, null or empty (Kubernetes: not given). */
-export function readArgv(container: YAMLMap, key: 'command' | 'args', text: string, context: ErrorDetails): string[] | null {
-  const node = container.get(key, true) as Node | null | undefined;
-  if (node === undefined || node === null) return null;
-  if (isScalar(node) && node.value === null) return null;
+export interface ReadArgv {
+  items: string[] | null;
+  /** Anchors on the items, when the list is written in this container (its text is what the edit replaces). */
+  anchors?: (string | undefined)[];
+}
+
+/**
+ * A container's `command` or `args` as the cluster reads them (last duplicate
+ * wins, merge keys and aliases followed); null when absent, null or empty
+ * (Kubernetes: not given).
+ */
+export function readArgv(container: YAMLMap, key: 'command' | 'args', doc: Document, text: string, context: ErrorDetails): ReadArgv {
+  const found = effectivePair(container, key, doc);
+  const node = found ? (resolveAlias(found.pair.value, doc) as Node | null | undefined) : undefined;
+  if (node === undefined || node === null) return { items: null };
+  if (isScalar(node) && node.value === null) return { items: null };
   if (!isSeq(node)) {
     throw new PreflightError('BAD_CONTAINER', `the container's ${key} is not a list`, { ...context, fix: `write ${key} as a list of strings` });
   }
-  const items = node.items.map((item, i) => {
+  const anchors = found!.own && !isAlias(found!.pair.value) ? node.items.map((item) => (item as Node).anchor ?? undefined) : undefined;
+  const items = node.items.map((raw, i) => {
+    const item = resolveAlias(raw, doc);
     if (isScalar(item)) {
       if (typeof item.value === 'string') return item.value;
       // Kubernetes reads a plain 8080 or 0.9 in a string list as its text.
@@ -149,5 +187,5 @@ export function readArgv(container: YAMLMap, key: 'command' | 'args', text: stri
     }
     throw new PreflightError('BAD_CONTAINER', `${key}[${i}] of the container is not a string`, { ...context, fix: `quote ${key}[${i}]` });
   });
-  return items.length === 0 ? null : items;
+  return items.length === 0 ? { items: null } : { items, anchors };
 }

@@ -2,22 +2,60 @@
  * What a container runs: the argv the kubelet will exec. Kubernetes rules:
  * `command` replaces the image's ENTRYPOINT and drops its CMD; `args` replaces
  * the CMD; an absent, null or empty list counts as not given.
+ *
+ * An image's start comes from, in order: the config file's `images` (a
+ * digest, then repository and tag; `like:` borrows a table row), the built-in
+ * table, and the image's registry (src/registry, looked up at the CLI's edge;
+ * the answers arrive here as data). With `registryLookup: always` the
+ * registry is asked before the table.
  */
 import { PreflightError, type ErrorDetails } from './errors.js';
-import { findKnownImage, isKnownRepository, parseImage, repositoryMatches, type ImageReference } from './images.js';
-import type { ImageStart } from './config.js';
+import { effectiveTag, parseImage, repositoryForConfig, repositoryMatches, type ImageReference } from './image-ref.js';
+import { findKnownImage, isKnownRepository, lookAlikeRepository, whyUnplaced, type KnownImage } from './images.js';
+import type { ImageStart, RegistryLookupMode } from './config.js';
 import { globMatches } from './glob.js';
 import { PREFLIGHT_MARKER_PREFIX } from './preflight.js';
 
 export const WRAPPER_COMMAND: readonly string[] = ['/bin/sh', '-ec'];
 
+/** A registry's answer, as src/registry returns it. */
+export interface RegistryStart {
+  entrypoint: string[];
+  cmd: string[];
+  digest: string;
+  platform: string;
+  source: 'registry' | 'cache' | 'stale-cache';
+  warning?: string;
+}
+
+export interface RegistryFailure {
+  error: string;
+}
+
+export type RegistryAnswers = ReadonlyMap<string, RegistryStart | RegistryFailure>;
+
+export interface StartSources {
+  images: readonly ImageStart[];
+  registry: RegistryAnswers;
+  lookup: RegistryLookupMode;
+}
+
+/** Where a start came from, for `explain` and the JSON report. */
+export interface StartEvidence {
+  source: 'command' | 'wrapped' | 'config' | 'table' | 'registry';
+  /** Human-readable: the table row's evidence, the registry digest, the config entry. */
+  detail: string;
+  digest?: string;
+}
+
 export interface ContainerStart {
-  /** The full argv: what goes after `--` in the wrapped args. */
+  /** The full argv: what goes after `--` in the wrapped args (image parts escaped for the kubelet). */
   start: string[];
-  /** How it was found, for `explain`. */
   origin: string;
+  evidence: StartEvidence;
   /** The container was already wrapped (by this or an earlier version). */
   wrappedBefore: boolean;
+  warnings: string[];
 }
 
 export function isWrapped(command: readonly string[] | null, args: readonly string[] | null): boolean {
@@ -32,62 +70,171 @@ export function isWrapped(command: readonly string[] | null, args: readonly stri
   );
 }
 
-function findConfiguredImage(image: ImageReference, images: readonly ImageStart[]): ImageStart | undefined {
-  const tag = image.tag ?? (image.digest === undefined ? 'latest' : undefined);
-  return images.find((entry) => {
-    const wanted = parseImage(entry.repository);
-    const sameRegistry = !entry.repository.includes('/') || wanted.registry === 'docker.io' || wanted.registry === image.registry;
-    if (!sameRegistry || !repositoryMatches(image, wanted.repository)) return false;
-    const pattern = entry.tag ?? '*';
-    return pattern === '*' || (tag !== undefined && globMatches(pattern, tag));
-  });
+/**
+ * An image's ENTRYPOINT/CMD moved into `args` becomes subject to the
+ * kubelet's `$(VAR)` and `$$` expansion, which the image start never was:
+ * `$$` keeps every `$` literal.
+ */
+export function escapeForKubelet(item: string): string {
+  return item.replaceAll('$', '$$$$');
 }
 
-export function resolveStart(
-  container: { command: string[] | null; args: string[] | null; image: string | undefined },
-  images: readonly ImageStart[],
-  context: ErrorDetails,
-): ContainerStart {
+interface ImageAnswer {
+  entrypoint: readonly string[];
+  cmd?: readonly string[];
+  evidence: StartEvidence;
+  origin: string;
+  warnings: string[];
+}
+
+/** What each source said, for a refusal that names what was tried. */
+interface Attempts {
+  config?: string;
+  table?: string;
+  registry?: string;
+  /** The image whose answer the registry lookup should fetch (the CLI does it, then runs again). */
+  wanted?: string;
+}
+
+function configEntryMatches(entry: ImageStart, image: ImageReference): boolean {
+  if (!repositoryMatches(image, entry.repository)) return false;
+  if (entry.digest !== undefined) return image.digest === entry.digest;
+  const tag = effectiveTag(image);
+  const pattern = entry.tag ?? '*';
+  return pattern === '*' || (tag !== undefined && globMatches(pattern, tag));
+}
+
+function fromRow(row: KnownImage, via: string): ImageAnswer {
+  return {
+    entrypoint: row.entrypoint,
+    cmd: row.cmd,
+    evidence: { source: 'table', detail: `${row.repository} (${row.confidence}: ${row.evidence})${via}` },
+    origin: `built-in table row ${row.repository}${via}`,
+    warnings: [],
+  };
+}
+
+function fromConfig(image: ImageReference, images: readonly ImageStart[], attempts: Attempts): ImageAnswer | undefined {
+  const byDigest = images.find((e) => e.digest !== undefined && configEntryMatches(e, image));
+  const entry = byDigest ?? images.find((e) => e.digest === undefined && configEntryMatches(e, image));
+  if (!entry) {
+    attempts.config = 'no config file images entry matches';
+    return undefined;
+  }
+  const label = `config images entry ${entry.repository}${entry.digest ? `@${entry.digest}` : entry.tag ? `:${entry.tag}` : ''}`;
+  if (entry.entrypoint !== undefined) {
+    return { entrypoint: entry.entrypoint, cmd: entry.cmd, evidence: { source: 'config', detail: label, digest: entry.digest }, origin: label, warnings: [] };
+  }
+  const row = findKnownImage(image, entry.like!);
+  if (row) return fromRow(row, ` (via ${label}, like: ${entry.like})`);
+  attempts.config = `${label} says like: ${entry.like}, and ${whyUnplaced(image, entry.like)}`;
+  return undefined;
+}
+
+function fromTable(image: ImageReference, attempts: Attempts): ImageAnswer | undefined {
+  const row = findKnownImage(image);
+  if (row) return fromRow(row, '');
+  const alike = isKnownRepository(image) ? undefined : lookAlikeRepository(image);
+  attempts.table = alike ? `the image is not in the built-in table, and as a mirror of ${alike} (config like:) it would not be placed either: ${whyUnplaced(image, alike)}` : whyUnplaced(image);
+  return undefined;
+}
+
+function fromRegistry(image: ImageReference, sources: StartSources, attempts: Attempts): ImageAnswer | undefined {
+  if (sources.lookup === 'never') {
+    attempts.registry = 'not looked up (registryLookup: never)';
+    return undefined;
+  }
+  const answer = sources.registry.get(image.raw.trim());
+  if (answer === undefined) {
+    attempts.wanted = image.raw.trim();
+    attempts.registry = 'not looked up yet';
+    return undefined;
+  }
+  if ('error' in answer) {
+    attempts.registry = `lookup failed: ${answer.error}`;
+    return undefined;
+  }
+  const when = answer.source === 'registry' ? 'read from the registry' : answer.source === 'cache' ? 'registry answer from the cache' : 'STALE registry answer from the cache';
+  return {
+    entrypoint: answer.entrypoint,
+    cmd: answer.cmd,
+    evidence: { source: 'registry', detail: `${answer.digest} ${answer.platform}, ${when}`, digest: answer.digest },
+    origin: `image config ${answer.digest} (${answer.platform}), ${when}`,
+    warnings: answer.warning ? [answer.warning] : [],
+  };
+}
+
+function knownStart(image: ImageReference, sources: StartSources, attempts: Attempts): ImageAnswer | undefined {
+  const configured = fromConfig(image, sources.images, attempts);
+  if (configured) return configured;
+  if (sources.lookup === 'always') return fromRegistry(image, sources, attempts) ?? fromTable(image, attempts);
+  return fromTable(image, attempts) ?? fromRegistry(image, sources, attempts);
+}
+
+/** The exact config snippet (and chart alternative) that places this image, for the refusal. */
+function fixFor(image: ImageReference, hasArgs: boolean): string {
+  const repository = repositoryForConfig(image);
+  const tag = effectiveTag(image);
+  const pin = image.digest !== undefined && image.tag === undefined ? `digest: "${image.digest}"` : `tag: "${tag ?? '*'}"`;
+  const alike = isKnownRepository(image) ? undefined : lookAlikeRepository(image);
+  const placedByAlias = alike !== undefined && findKnownImage(image, alike) !== undefined;
+  const lines: string[] = [];
+  if (placedByAlias) {
+    lines.push(`this looks like a mirror of ${alike}: add to the config file (--config)`, `  images:`, `    - repository: ${repository}`, `      like: ${alike}`);
+  } else {
+    lines.push(
+      `pin the image's start in the config file (--config); \`vram-preflight resolve ${image.raw.trim()}\` prints this entry from the registry:`,
+      `  images:`,
+      `    - repository: ${repository}`,
+      `      ${pin}`,
+      `      entrypoint: [...]   # the image's ENTRYPOINT${hasArgs ? '' : '\n      cmd: [...]          # the image\'s CMD ([] if none): the container gives no args'}`,
+    );
+  }
+  lines.push('or name the start in the chart, e.g. command: ["vllm", "serve"] (right for every vllm-openai image since v0.5, whatever its ENTRYPOINT)');
+  return lines.join('\n');
+}
+
+export interface StartInput {
+  command: string[] | null;
+  args: string[] | null;
+  image: string | undefined;
+}
+
+export function resolveStart(container: StartInput, sources: StartSources, context: ErrorDetails, onWanted: (image: string) => void): ContainerStart {
   const { command, args, image } = container;
   if (isWrapped(command, args)) {
     const start = args!.slice(2);
     if (start.length === 0) {
-      throw new PreflightError('BAD_CONTAINER', 'the container is wrapped by vram-preflight but nothing follows "--" in its args', {
-        ...context,
-        fix: 'restore the original command/args in the chart',
-      });
+      throw new PreflightError('BAD_CONTAINER', 'the container is wrapped by vram-preflight but nothing follows "--" in its args', { ...context, fix: 'restore the original command/args in the chart' });
     }
-    return { start, origin: 'the original start kept after "--" by an earlier vram-preflight', wrappedBefore: true };
+    return { start, origin: 'the original start kept after "--" by an earlier vram-preflight', evidence: { source: 'wrapped', detail: 'kept after "--"' }, wrappedBefore: true, warnings: [] };
   }
   if (command !== null) {
-    return { start: [...command, ...(args ?? [])], origin: args ? 'command + args' : 'command', wrappedBefore: false };
+    return { start: [...command, ...(args ?? [])], origin: args ? 'command + args' : 'command', evidence: { source: 'command', detail: args ? 'command + args' : 'command' }, wrappedBefore: false, warnings: [] };
   }
   if (image === undefined || image.trim() === '') {
     throw new PreflightError('BAD_CONTAINER', 'the container has no image and no command', context);
   }
   const reference = parseImage(image);
-  const configured = findConfiguredImage(reference, images);
-  const builtIn = configured ? undefined : findKnownImage(reference);
-  const known = configured ?? builtIn;
-  const fixByConfig = `set the start in the container's command (e.g. command: ["vllm", "serve"]), or add the image to the config file: images: [{repository: "${reference.registry === 'docker.io' ? reference.repository.replace(/^library\//, '') : `${reference.registry}/${reference.repository}`}", tag: "${reference.tag ?? '*'}", entrypoint: [...], cmd: [...]}]`;
+  const attempts: Attempts = {};
+  const known = knownStart(reference, sources, attempts);
   if (!known) {
-    const why =
-      reference.tag === undefined && reference.digest !== undefined
-        ? 'the image is pinned by digest only, so its tag (and with it its ENTRYPOINT) cannot be placed'
-        : isKnownRepository(reference)
-          ? `the tag "${reference.tag ?? 'latest'}" cannot be placed in the built-in table (its ENTRYPOINT changed between releases; see docs/detection.md)`
-          : 'the container has no command and the image is not in the built-in table, so what it runs is unknown';
-    throw new PreflightError('UNKNOWN_START', why, { ...context, fix: fixByConfig });
+    if (attempts.wanted !== undefined) onWanted(attempts.wanted);
+    const tried = [attempts.config, attempts.table, attempts.registry].filter(Boolean).join('; ');
+    throw new PreflightError('UNKNOWN_START', `the container gives no command, so it runs the image's ENTRYPOINT, which is not known for sure: ${tried}`, {
+      ...context,
+      fix: fixFor(reference, args !== null),
+    });
   }
-  const source = builtIn ? `built-in table (${builtIn.evidence})` : 'config file images';
+  const entrypoint = known.entrypoint.map(escapeForKubelet);
   if (args !== null) {
-    return { start: [...known.entrypoint, ...args], origin: `image ENTRYPOINT from the ${source} + args`, wrappedBefore: false };
+    return { start: [...entrypoint, ...args], origin: `image ENTRYPOINT from the ${known.origin} + args`, evidence: known.evidence, wrappedBefore: false, warnings: known.warnings };
   }
   if (known.cmd === undefined) {
-    throw new PreflightError('UNKNOWN_START', 'the container gives no args, so Kubernetes runs the image CMD, which the config entry does not state', {
+    throw new PreflightError('UNKNOWN_START', `the container gives no args, so Kubernetes runs the image CMD, which ${known.origin} does not state`, {
       ...context,
       fix: 'add cmd: [...] ([] if the image has none) to the config file entry, or give the container args',
     });
   }
-  return { start: [...known.entrypoint, ...known.cmd], origin: `image ENTRYPOINT + CMD from the ${source}`, wrappedBefore: false };
+  return { start: [...entrypoint, ...known.cmd.map(escapeForKubelet)], origin: `image ENTRYPOINT + CMD from the ${known.origin}`, evidence: known.evidence, wrappedBefore: false, warnings: known.warnings };
 }

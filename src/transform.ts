@@ -1,50 +1,29 @@
 /**
  * The pure transform: a manifest stream in, the rewritten stream plus a report
- * and diagnostics out. No I/O, no globals; the CLI supplies options and
- * decides what to print.
+ * and diagnostics out. No I/O, no globals; the CLI supplies options (and the
+ * registry's answers, looked up at its edge) and decides what to print.
+ *
+ * Pipeline: cut the stream into documents on text alone (src/stream.ts);
+ * parse only documents that may hold a target (`candidateTest`); find their
+ * pod templates (src/workloads.ts) and decide each container
+ * (src/container.ts); apply the edits (src/rewrite.ts) and check the edited
+ * text means what was intended (src/verify.ts). Everything else is copied.
  */
-import { isMap, isSeq, parseAllDocuments, type Document, type Node, type YAMLMap } from 'yaml';
+import { isMap, isSeq, parseAllDocuments, type Document, type Node } from 'yaml';
 import type { Options } from './config.js';
+import { decideContainer, type ContainerEdit, type ContainerReport, type PodControls } from './container.js';
+import { ANNOTATION_CONTAINERS, ANNOTATION_SKIP, ANNOTATION_UTILIZATION } from './detect.js';
 import { describeDocument, PreflightError, type DocumentRef, type ErrorDetails } from './errors.js';
-import { LineIndex, lineEnding, splitStream } from './stream.js';
-import { findWorkloadKind, LIST_KIND, type TemplatePath } from './workloads.js';
-import {
-  ANNOTATION_CONTAINERS,
-  ANNOTATION_SKIP,
-  ANNOTATION_UTILIZATION,
-  nameSelected,
-  nvidiaGpus,
-  runsOnCpu,
-  vllmEvidence,
-  imageNamesVllm,
-} from './detect.js';
-import { isWrapped, resolveStart, WRAPPER_COMMAND } from './start.js';
-import { readUtilization, type EnvVar, type Utilization } from './utilization.js';
-import { applyEdits, readArgv, startEdits, type TextEdit } from './rewrite.js';
-import { renderPreflightScript } from './preflight.js';
-import { VERSION } from './version.js';
+import { emptyDeviceClaims, nvidiaGpuSignals, recordDeviceClaim, type DeviceClaims } from './gpu.js';
+import { KNOWN_IMAGES } from './images.js';
+import { applyEdits } from './rewrite.js';
+import type { RegistryAnswers, StartSources } from './start.js';
+import { LineIndex, lineEnding, splitStream, type Chunk } from './stream.js';
+import { formatPath, verifyEditedChunk, type IntendedStart } from './verify.js';
+import { findOperatorKind, findWorkloadKind, LIST_KIND, templatesOf, type FoundTemplate } from './workloads.js';
+import { effectiveGet, findDuplicateKeys, PARSE_OPTIONS, resolveAlias } from './yaml-nodes.js';
 
-export type Action = 'wrap' | 'rewrap' | 'unchanged' | 'unwrap' | 'skip' | 'error';
-
-export interface ContainerReport {
-  document: DocumentRef;
-  /** `Deployment/name`. */
-  workload: string;
-  /** Path of the pod template inside the object, e.g. `spec.template`. */
-  template: string;
-  container: string;
-  initContainer: boolean;
-  image?: string;
-  action: Action;
-  reason: string;
-  utilization?: Utilization;
-  gpus: string[];
-  startOrigin?: string;
-  /** Seconds the kubelet gives the container before its startup (or liveness) probe kills it. */
-  probeBudgetSeconds?: number;
-  warnings: string[];
-  error?: PreflightError;
-}
+export type { Action, ContainerReport } from './container.js';
 
 export interface TransformResult {
   /** The output stream, in pieces (one per document chunk); empty when there are errors. */
@@ -54,18 +33,45 @@ export interface TransformResult {
   containers: ContainerReport[];
   errors: PreflightError[];
   warnings: string[];
+  /** Images whose start only their registry can tell: the CLI looks them up and runs the transform again. */
+  wantedImages: string[];
+}
+
+export interface TransformInput {
+  /** Registry answers by image reference as written (src/registry, at the CLI's edge). */
+  registry?: RegistryAnswers;
 }
 
 /**
  * Cheap text test that decides whether a document is parsed at all: it must
- * hold containers and mention vLLM, an earlier wrap, an annotation of ours or
- * a configured image. Anything else cannot need a rewrite.
+ * hold containers and mention vLLM, one of its family's images, an earlier
+ * wrap, an annotation of ours or a configured image. A backslash may spell
+ * any of these in a double-quoted escape, so it makes a document a candidate too.
  */
 function candidateTest(options: Options): (text: string) => boolean {
-  const words = ['vllm', 'vram-preflight', ...options.images.map((i) => i.repository)];
+  const words = ['vllm', 'vram-preflight', 'llm-d', 'huggingfaceserver', ...KNOWN_IMAGES.map((i) => i.repository), ...options.images.map((i) => i.repository)];
   const mentions = new RegExp(words.map((w) => w.replace(/[\\^$.|?*+()[\]{}]/g, '\\$&')).join('|'), 'i');
-  const containers = /containers"?\s*:/;
-  return (text) => containers.test(text) && mentions.test(text);
+  const containers = /containers['"]?\s*:/;
+  return (text) => (containers.test(text) || text.includes('\\')) && (mentions.test(text) || text.includes('\\'));
+}
+
+/** DRA claims can be defined anywhere in the stream (Helm sorts unknown kinds last): read them first. */
+function collectDeviceClaims(chunks: readonly Chunk[]): DeviceClaims {
+  const claims = emptyDeviceClaims();
+  for (const chunk of chunks) {
+    if (!chunk.text.includes('ResourceClaim') || !chunk.text.includes('resource.k8s.io')) continue;
+    const docs = parseAllDocuments(chunk.text, PARSE_OPTIONS);
+    for (const doc of Array.isArray(docs) ? docs : []) {
+      if (doc.errors.length) continue;
+      try {
+        const value = doc.toJS() as unknown;
+        if (value && typeof value === 'object' && String((value as Plain).apiVersion ?? '').startsWith('resource.k8s.io/')) recordDeviceClaim(claims, value as Plain);
+      } catch {
+        // An unreadable claim is simply not known: containers using it are reported as unknown.
+      }
+    }
+  }
+  return claims;
 }
 
 type Plain = Record<string, unknown>;
@@ -74,248 +80,199 @@ function asObject(value: unknown): Plain | undefined {
   return value && typeof value === 'object' && !Array.isArray(value) ? (value as Plain) : undefined;
 }
 
-function getNode(map: unknown, path: readonly string[]): unknown {
-  let node: unknown = map;
-  for (const key of path) {
-    if (!isMap(node)) return undefined;
-    node = node.get(key, true);
-  }
-  return node;
-}
-
-interface Context {
-  lines: LineIndex;
-  chunkOffset: number;
-  chunkText: string;
-  doc: Document;
-  ref: DocumentRef;
-  nl: '\n' | '\r\n';
-  options: Options;
-  edits: TextEdit[];
-  result: TransformResult;
-}
-
-function annotationsOf(objectValue: Plain | undefined): Record<string, unknown> {
-  return asObject(asObject(objectValue?.metadata)?.annotations) ?? {};
-}
-
-function probeBudget(container: Plain): number | undefined {
-  const probe = asObject(container.startupProbe) ?? asObject(container.livenessProbe);
-  if (!probe) return undefined;
-  const n = (v: unknown, d: number) => (typeof v === 'number' ? v : d);
-  return n(probe.initialDelaySeconds, 0) + n(probe.failureThreshold, 3) * n(probe.periodSeconds, 10);
-}
-
-/** Plain values were converted once per document; nodes and values are walked side by side. */
 function valueAt(value: unknown, path: readonly (string | number)[]): unknown {
   let current = value;
   for (const key of path) current = (current as Record<string | number, unknown> | undefined)?.[key];
   return current;
 }
 
-function visitObject(node: unknown, objectValue: unknown, ctx: Context, where: string): void {
-  const value = asObject(objectValue);
-  if (!isMap(node) || !value) return;
-  if (value.kind === LIST_KIND) {
-    const items = node.get('items', true);
-    if (isSeq(items)) items.items.forEach((item, i) => visitObject(item, valueAt(value, ['items', i]), ctx, `${where}items[${i}].`));
+/** The node at a value path, following merge keys and aliases exactly as the value was built. */
+function nodeAt(root: unknown, path: readonly (string | number)[], doc: Document): unknown {
+  let node = resolveAlias(root, doc);
+  for (const step of path) {
+    if (typeof step === 'number') node = isSeq(node) ? resolveAlias(node.items[step], doc) : undefined;
+    else node = effectiveGet(node, step, doc);
+  }
+  return node;
+}
+
+function annotationsOf(objectValue: unknown): Plain {
+  return asObject(asObject(asObject(objectValue)?.metadata)?.annotations) ?? {};
+}
+
+/** One document being visited. */
+interface DocumentVisit {
+  doc: Document;
+  value: unknown;
+  ref: DocumentRef;
+  chunk: Chunk;
+  lines: LineIndex;
+  nl: '\n' | '\r\n';
+  options: Options;
+  sources: StartSources;
+  claims: DeviceClaims;
+  result: TransformResult;
+  edits: (ContainerEdit & { report: ContainerReport })[];
+  wanted: Set<string>;
+}
+
+function record(visit: Pick<DocumentVisit, 'result'>, report: ContainerReport): void {
+  visit.result.containers.push(report);
+  if (report.error) {
+    visit.result.errors.push(report.error);
     return;
   }
-  const kind = findWorkloadKind(value.kind, value.apiVersion);
+  // Inside a `kind: List` the document is the list: name the workload too.
+  const doc = report.document;
+  const workload = report.workload === `${doc.kind ?? '?'}/${doc.name ?? '?'}` ? '' : `, ${report.workload}`;
+  for (const warning of report.warnings) visit.result.warnings.push(`${describeDocument(doc)}${workload}, container "${report.container}": ${warning}`);
+}
+
+function annotationError(visit: DocumentVisit, base: Pick<ContainerReport, 'document' | 'workload' | 'template'>, container: string, error: PreflightError): void {
+  record(visit, { ...base, container, initContainer: false, action: 'error', reason: error.message, gpus: [], gpuSignals: [], warnings: [], notes: [], error });
+}
+
+interface Controls {
+  skip?: string;
+  forced?: string;
+  utilization?: string;
+}
+
+/** Our annotations on one object or pod template, checked. */
+function readControls(annotations: Plain, context: ErrorDetails): Controls {
+  const skip = annotations[ANNOTATION_SKIP];
+  const forced = annotations[ANNOTATION_CONTAINERS];
+  const utilization = annotations[ANNOTATION_UTILIZATION];
+  if (skip !== undefined && skip !== 'true' && skip !== 'false') {
+    throw new PreflightError('BAD_ANNOTATION', `annotation ${ANNOTATION_SKIP} is "${String(skip)}"`, { ...context, fix: 'use "true" or "false"' });
+  }
+  if (forced !== undefined && typeof forced !== 'string') {
+    throw new PreflightError('BAD_ANNOTATION', `annotation ${ANNOTATION_CONTAINERS} must be a comma-separated string of container names`, context);
+  }
+  if (utilization !== undefined && typeof utilization !== 'string') {
+    throw new PreflightError('BAD_ANNOTATION', `annotation ${ANNOTATION_UTILIZATION} must be a quoted string such as "0.9"`, context);
+  }
+  return { skip: skip as string | undefined, forced: forced as string | undefined, utilization: utilization as string | undefined };
+}
+
+function names(list: string | undefined): Set<string> {
+  return new Set((list ?? '').split(',').map((s) => s.trim()).filter(Boolean));
+}
+
+function visitObject(visit: DocumentVisit, value: unknown, at: readonly (string | number)[]): void {
+  const object = asObject(value);
+  if (!object) return;
+  if (object.kind === LIST_KIND && Array.isArray(object.items)) {
+    object.items.forEach((item, i) => visitObject(visit, item, [...at, 'items', i]));
+    return;
+  }
+  const workload = `${String(object.kind)}/${String(asObject(object.metadata)?.name ?? '?')}`;
+  const where = at.length ? `${formatPath(at)}.` : '';
+  const operator = findOperatorKind(object.kind, object.apiVersion);
+  if (operator) {
+    visit.result.containers.push({ document: visit.ref, workload, template: `${where}(object)`, container: '-', initContainer: false, action: 'cannot-wrap', reason: `mentions vLLM, cannot be wrapped here: ${operator.why}`, gpus: [], gpuSignals: [], warnings: [], notes: [] });
+    return;
+  }
+  const kind = findWorkloadKind(object.kind, object.apiVersion);
   if (!kind) return;
-  const workload = `${String(value.kind)}/${String(asObject(value.metadata)?.name ?? '?')}`;
-  for (const path of kind.templates) visitTemplate(node, value, path, ctx, workload, where);
-}
-
-function visitTemplate(objectNode: YAMLMap, objectValue: Plain, path: TemplatePath, ctx: Context, workload: string, where: string): void {
-  const templateNode = getNode(objectNode, path);
-  if (!isMap(templateNode)) return;
-  const template = asObject(valueAt(objectValue, path)) ?? {};
-  const annotations = { ...annotationsOf(objectValue), ...(path.length ? annotationsOf(template) : {}) };
-  const templatePath = `${where}${path.join('.') || '(object)'}`;
-  const base = { document: ctx.ref, workload, template: templatePath };
-  const docContext: ErrorDetails = { document: ctx.ref };
-
-  const skipValue = annotations[ANNOTATION_SKIP];
-  const forcedValue = annotations[ANNOTATION_CONTAINERS];
-  const utilValue = annotations[ANNOTATION_UTILIZATION];
+  const base = { document: visit.ref, workload, template: `${where}(object)` };
+  let objectControls: Controls;
   try {
-    if (skipValue !== undefined && skipValue !== 'true' && skipValue !== 'false') {
-      throw new PreflightError('BAD_ANNOTATION', `annotation ${ANNOTATION_SKIP} is "${String(skipValue)}"`, { ...docContext, fix: 'use "true" or "false"' });
-    }
-    if (forcedValue !== undefined && typeof forcedValue !== 'string') {
-      throw new PreflightError('BAD_ANNOTATION', `annotation ${ANNOTATION_CONTAINERS} must be a comma-separated string of container names`, docContext);
-    }
-    if (utilValue !== undefined && typeof utilValue !== 'string') {
-      throw new PreflightError('BAD_ANNOTATION', `annotation ${ANNOTATION_UTILIZATION} must be a quoted string such as "0.9"`, docContext);
-    }
+    objectControls = readControls(annotationsOf(object), { document: visit.ref });
   } catch (error) {
-    record(ctx, { ...base, container: '*', initContainer: false, action: 'error', reason: (error as Error).message, gpus: [], warnings: [] }, error);
+    annotationError(visit, base, '*', error as PreflightError);
     return;
   }
-  const forced = new Set((forcedValue ?? '').split(',').map((s) => s.trim()).filter(Boolean));
-  const spec = getNode(templateNode, ['spec']);
-  const containers = getNode(spec, ['containers']);
-  const initContainers = getNode(spec, ['initContainers']);
-  const containerValues = valueAt(template, ['spec', 'containers']);
-  const initContainerValues = valueAt(template, ['spec', 'initContainers']);
-  if (isSeq(initContainers)) {
-    for (const [i] of initContainers.items.entries()) {
-      const c = asObject(valueAt(initContainerValues, [i])) ?? {};
-      record(ctx, { ...base, container: String(c.name ?? '?'), initContainer: true, image: c.image as string | undefined, action: 'skip', reason: 'init container: it does not re-run when the model container restarts', gpus: nvidiaGpus(c.resources), warnings: [] });
+  const templates = templatesOf(kind, object);
+  const seenNames = new Set<string>();
+  for (const template of templates) {
+    if (!template.isTemplate && kind.builtByOperatorWhen && asObject(valueAt(object, template.path))?.[kind.builtByOperatorWhen.key] !== undefined) {
+      visit.result.containers.push({ ...base, template: `${where}${formatPath(template.path)}`, container: '-', initContainer: false, action: 'cannot-wrap', reason: `mentions vLLM, cannot be wrapped here: ${kind.builtByOperatorWhen.why}`, gpus: [], gpuSignals: [], warnings: [], notes: [] });
+      continue;
     }
+    for (const name of visitTemplate(visit, object, template, at, workload, where, objectControls)) seenNames.add(name);
   }
-  const names = new Set<string>();
-  if (isSeq(containers)) {
-    for (const [i, item] of containers.items.entries()) {
-      if (!isMap(item)) continue;
-      const container = asObject(valueAt(containerValues, [i])) ?? {};
-      const name = String(container.name ?? '?');
-      names.add(name);
-      visitContainer(item, container, ctx, base, {
-        skip: skipValue === 'true',
-        forced: forced.has(name),
-        utilizationAnnotation: typeof utilValue === 'string' ? { key: ANNOTATION_UTILIZATION, value: utilValue } : undefined,
-      });
-    }
-  }
-  for (const name of forced) {
-    if (!names.has(name)) {
-      const error = new PreflightError('BAD_ANNOTATION', `annotation ${ANNOTATION_CONTAINERS} names "${name}", which is not a container of this pod template`, { ...docContext, fix: `use one of: ${[...names].join(', ') || '(no containers)'}` });
-      record(ctx, { ...base, container: name, initContainer: false, action: 'error', reason: error.message, gpus: [], warnings: [] }, error);
-    }
+  // A workload-level name must match a container of some template (a LeaderWorkerSet names its worker's).
+  for (const name of names(objectControls.forced)) {
+    if (seenNames.has(name)) continue;
+    const fix = `use one of: ${[...seenNames].join(', ') || '(no containers)'}`;
+    annotationError(visit, base, name, new PreflightError('BAD_ANNOTATION', `annotation ${ANNOTATION_CONTAINERS} names "${name}", which is not a container of any pod template of this workload`, { document: visit.ref, fix }));
   }
 }
 
-interface PodControls {
-  skip: boolean;
-  forced: boolean;
-  utilizationAnnotation?: { key: string; value: string };
-}
-
-function visitContainer(node: YAMLMap, container: Plain, ctx: Context, base: Pick<ContainerReport, 'document' | 'workload' | 'template'>, controls: PodControls): void {
-  const name = String(container.name ?? '?');
-  const image = typeof container.image === 'string' ? container.image : undefined;
-  const gpus = nvidiaGpus(container.resources);
-  const report: ContainerReport = { ...base, container: name, initContainer: false, image, action: 'skip', reason: '', gpus, warnings: [] };
-  const context: ErrorDetails = {
-    document: ctx.ref,
-    container: name,
-    image,
-    position: node.range ? ctx.lines.position(ctx.chunkOffset + node.range[0]) : undefined,
-  };
+/** Visits one pod template; returns its container names. */
+function visitTemplate(visit: DocumentVisit, object: Plain, found: FoundTemplate, at: readonly (string | number)[], workload: string, where: string, objectControls: Controls): string[] {
+  const templateValue = asObject(valueAt(object, found.path));
+  const podSpec = found.isTemplate ? asObject(templateValue?.spec) : templateValue;
+  const base = { document: visit.ref, workload, template: `${where}${found.path.length ? formatPath(found.path) : '(object)'}` };
+  if (!podSpec) return [];
+  let templateControls: Controls = {};
   try {
-    const command = readArgv(node, 'command', ctx.chunkText, context);
-    const args = readArgv(node, 'args', ctx.chunkText, context);
-    const wrapped = isWrapped(command, args);
-    const written = wrapped ? args!.slice(2) : [...(command ?? []), ...(args ?? [])];
-
-    const skipBecause = ((): string | undefined => {
-      if (controls.skip) return `opted out by annotation ${ANNOTATION_SKIP}`;
-      if (controls.forced) return undefined;
-      if (!nameSelected(name, ctx.options.containerNames)) return `name not matched by containerNames (${ctx.options.containerNames.join(', ')})`;
-      // A wrapped start may come from the image ENTRYPOINT, so the image still counts then.
-      const evidence = vllmEvidence(image, written, command !== null && !wrapped);
-      if (!evidence) {
-        return command !== null && !wrapped && imageNamesVllm(image)
-          ? `its command runs ${written[0]}, not vLLM (name it in ${ANNOTATION_CONTAINERS} if it starts vLLM indirectly)`
-          : 'not vLLM (neither its image nor its command names vLLM)';
-      }
-      if (gpus.length === 0) return 'no NVIDIA GPU requested (vLLM on CPU, AMD or Intel, or no GPU)';
-      if (runsOnCpu(written)) return 'vLLM runs on CPU here (--device cpu)';
-      report.reason = `${evidence}; NVIDIA GPU ${gpus.join(', ')}`;
-      return undefined;
-    })();
-    if (controls.forced) report.reason = `named by annotation ${ANNOTATION_CONTAINERS}`;
-
-    if (skipBecause !== undefined) {
-      report.reason = skipBecause;
-      if (wrapped) {
-        // No longer a target: give it back its original start, which runs the same argv.
-        report.action = 'unwrap';
-        report.reason += '; restoring the start an earlier vram-preflight wrapped';
-        ctx.edits.push(...startEdits(ctx.chunkText, node, written, null, ctx.nl, context));
-      }
-      record(ctx, report);
-      return;
-    }
-    if (controls.forced && gpus.length === 0) report.warnings.push('no nvidia.com/gpu in its resources: the wait will see whatever GPUs nvidia-smi shows');
-
-    const start = resolveStart({ command, args, image }, ctx.options.images, context);
-    report.startOrigin = start.origin;
-    const env = Array.isArray(container.env) ? (container.env as EnvVar[]) : [];
-    const utilization = readUtilization({
-      start: start.start,
-      env,
-      hasEnvFrom: Array.isArray(container.envFrom) && container.envFrom.length > 0,
-      annotation: controls.utilizationAnnotation,
-      defaultValue: ctx.options.defaultUtilization,
-      context,
-    });
-    report.utilization = utilization;
-    if (utilization.source === 'default') {
-      report.warnings.push(`no --gpu-memory-utilization: waiting for ${utilization.value} of each GPU; vLLM's own default is 0.9 before v0.21 and 0.92 since, so pass the flag explicitly`);
-    }
-    report.probeBudgetSeconds = probeBudget(container);
-    if (report.probeBudgetSeconds !== undefined && ctx.options.timeoutSeconds >= report.probeBudgetSeconds) {
-      const which = container.startupProbe ? 'startupProbe' : 'livenessProbe';
-      report.warnings.push(`preflight timeout ${ctx.options.timeoutSeconds}s is not below the ${which} budget of ${report.probeBudgetSeconds}s: the kubelet, not the preflight, would end a long wait, without saying why`);
-    }
-    const terminationMessagePath = typeof container.terminationMessagePath === 'string' ? container.terminationMessagePath : '/dev/termination-log';
-    const script = renderPreflightScript({
-      version: VERSION,
-      utilization: utilization.value,
-      headroomMiB: ctx.options.headroomMiB,
-      timeoutSeconds: ctx.options.timeoutSeconds,
-      pollIntervalSeconds: ctx.options.pollIntervalSeconds,
-      logIntervalSeconds: ctx.options.logIntervalSeconds,
-      onNvidiaSmiUnavailable: ctx.options.onNvidiaSmiUnavailable,
-      terminationMessagePath,
-    });
-    const newArgs = [script, '--', ...start.start];
-    if (wrapped && sameList(args!, newArgs)) {
-      report.action = 'unchanged';
-      report.reason += '; already wrapped by this version with these options';
-    } else {
-      report.action = wrapped ? 'rewrap' : 'wrap';
-      ctx.edits.push(...startEdits(ctx.chunkText, node, WRAPPER_COMMAND, newArgs, ctx.nl, context));
-    }
-    record(ctx, report);
+    if (found.isTemplate && found.path.length) templateControls = readControls(annotationsOf(templateValue), { document: visit.ref });
   } catch (error) {
-    if (!(error instanceof PreflightError)) throw error;
-    report.action = 'error';
-    report.reason = error.message;
-    record(ctx, report, error);
+    annotationError(visit, base, '*', error as PreflightError);
+    return [];
   }
-}
+  const skip = (templateControls.skip ?? objectControls.skip) === 'true';
+  const forcedHere = names(templateControls.forced);
+  const forcedByObject = names(objectControls.forced);
+  const utilization = templateControls.utilization ?? objectControls.utilization;
+  const specPath = [...at, ...found.path, ...(found.isTemplate ? ['spec'] : [])];
+  const containerNames: string[] = [];
 
-function sameList(a: readonly string[], b: readonly string[]): boolean {
-  return a.length === b.length && a.every((item, i) => item === b[i]);
-}
-
-function record(ctx: Context, report: ContainerReport, error?: unknown): void {
-  if (error instanceof PreflightError) {
-    report.error = error;
-    ctx.result.errors.push(error);
+  const initContainers = podSpec.initContainers;
+  if (Array.isArray(initContainers)) {
+    for (const c of initContainers.map(asObject)) {
+      const gpus = nvidiaGpuSignals({ container: c ?? {}, podSpec, claims: visit.claims }).signals;
+      visit.result.containers.push({ ...base, container: String(c?.name ?? '?'), initContainer: true, image: c?.image as string | undefined, action: 'skip', reason: 'init container: it does not re-run when the model container restarts', gpus: gpus.map((g) => g.detail), gpuSignals: gpus, warnings: [], notes: [] });
+    }
   }
-  ctx.result.containers.push(report);
-  if (error) return;
-  for (const warning of report.warnings) {
-    ctx.result.warnings.push(`${describeDocument(report.document)}, container "${report.container}": ${warning}`);
+  const containers = podSpec.containers;
+  if (Array.isArray(containers)) {
+    containers.forEach((item, i) => {
+      const container = asObject(item);
+      const path = [...specPath, 'containers', i];
+      const node = nodeAt(visit.doc.contents, path, visit.doc);
+      if (!container || !isMap(node)) return;
+      const name = String(container.name ?? '?');
+      containerNames.push(name);
+      const controls: PodControls = {
+        skip,
+        forced: forcedHere.has(name) || forcedByObject.has(name),
+        utilizationAnnotation: utilization !== undefined ? { key: ANNOTATION_UTILIZATION, value: utilization } : undefined,
+      };
+      const context: ErrorDetails = {
+        document: visit.ref,
+        container: name,
+        image: typeof container.image === 'string' ? container.image : undefined,
+        position: node.range ? visit.lines.position(visit.chunk.offset + node.range[0]) : undefined,
+      };
+      const decision = decideContainer(
+        { node, value: container, path, podSpec, doc: visit.doc, text: visit.chunk.text, nl: visit.nl, controls, claims: visit.claims, options: visit.options, sources: visit.sources, context, onWanted: (image) => visit.wanted.add(image) },
+        base,
+      );
+      record(visit, decision.report);
+      if (decision.edit) visit.edits.push({ ...decision.edit, report: decision.report });
+    });
   }
+  for (const name of forcedHere) {
+    if (containerNames.includes(name)) continue;
+    annotationError(visit, base, name, new PreflightError('BAD_ANNOTATION', `annotation ${ANNOTATION_CONTAINERS} names "${name}", which is not a container of this pod template`, { document: visit.ref, fix: `use one of: ${containerNames.join(', ') || '(no containers)'}` }));
+  }
+  return containerNames;
 }
 
 const SOURCE_COMMENT = /^# Source: (.+?)\r?$/m;
 /** A chunk of comments only: Helm 4 prints `---\n# Source: x\n---\n<document>`. */
 const COMMENTS_ONLY = /^(---[ \t]*\r?\n?)?([ \t]*(#.*)?\r?(\n|$))*$/;
 
-function documentRef(lines: LineIndex, chunkOffset: number, chunkText: string, doc: Document, value: Plain | undefined, index: number, previousChunk: string | undefined): DocumentRef {
+function sourceOf(before: string, previousChunk: string | undefined): string | undefined {
+  return SOURCE_COMMENT.exec(before)?.[1] ?? (previousChunk !== undefined && COMMENTS_ONLY.test(previousChunk) ? SOURCE_COMMENT.exec(previousChunk)?.[1] : undefined);
+}
+
+function documentRef(lines: LineIndex, chunk: Chunk, doc: Document, value: Plain | undefined, index: number, previousChunk: string | undefined): DocumentRef {
   const contents = doc.contents as Node | null;
   const contentStart = contents?.range?.[0] ?? doc.range?.[0] ?? 0;
-  const before = chunkText.slice(0, contentStart);
-  const source =
-    SOURCE_COMMENT.exec(before)?.[1] ??
-    (previousChunk !== undefined && COMMENTS_ONLY.test(previousChunk) ? SOURCE_COMMENT.exec(previousChunk)?.[1] : undefined);
   const metadata = asObject(value?.metadata);
   const helmFilename = asObject(metadata?.annotations)?.['postrenderer.helm.sh/postrender-filename'];
   const ref: DocumentRef = {
@@ -323,26 +280,67 @@ function documentRef(lines: LineIndex, chunkOffset: number, chunkText: string, d
     line: 0,
     kind: typeof value?.kind === 'string' ? value.kind : undefined,
     name: typeof metadata?.name === 'string' ? metadata.name : undefined,
-    source,
+    source: sourceOf(chunk.text.slice(0, contentStart), previousChunk),
     helmFilename: typeof helmFilename === 'string' ? helmFilename : undefined,
   };
   // Only messages need the line: computing it for every document would index the whole stream.
-  Object.defineProperty(ref, 'line', { get: () => lines.position(chunkOffset + contentStart).line, enumerable: true });
+  Object.defineProperty(ref, 'line', { get: () => lines.position(chunk.offset + contentStart).line, enumerable: true });
   return ref;
 }
 
+/** A document that does not parse has no value: name it from its text, as well as that goes. */
+function refFromText(lines: LineIndex, chunk: Chunk, index: number, previousChunk: string | undefined): DocumentRef {
+  const kind = /^kind:[ \t]*["']?([A-Za-z0-9.-]+)/m.exec(chunk.text)?.[1];
+  const name = /^metadata:[ \t]*\r?\n(?:[ \t]+.*\r?\n)*?[ \t]+name:[ \t]*["']?([A-Za-z0-9.-]+)/m.exec(chunk.text)?.[1];
+  const line = lines.position(chunk.offset).line;
+  return { index, line, kind, name, source: sourceOf(chunk.text, previousChunk) };
+}
 
-export function transform(stream: string, options: Options): TransformResult {
+/** Applies a document chunk's edits, checks them, and refuses any edit that would mean more than intended. */
+function editChunk(chunk: Chunk, values: readonly unknown[], edits: DocumentVisit['edits'][], result: TransformResult): string {
+  const all = edits.flat();
+  if (all.length === 0) return chunk.text;
+  const intended = (subset: readonly (readonly DocumentVisit['edits'][number][])[]): IntendedStart[][] => subset.map((list) => list.map((e) => e.intended));
+  const edited = applyEdits(chunk.text, all.flatMap((e) => e.edits));
+  const problem = verifyEditedChunk(edited, values, intended(edits));
+  if (!problem) return edited;
+  // Find the edit(s) at fault: each alone, against the same check.
+  const culprits = all.filter((one) => {
+    const alone = edits.map((list) => list.filter((e) => e === one));
+    return verifyEditedChunk(applyEdits(chunk.text, one.edits), values, intended(alone)) !== undefined;
+  });
+  for (const { report } of culprits.length ? culprits : all) {
+    const single = verifyEditedChunk(applyEdits(chunk.text, all.find((e) => e.report === report)!.edits), values, intended(edits.map((list) => list.filter((e) => e.report === report))));
+    const message = `${(single ?? problem).message}, not just this container's command and args (YAML anchors, aliases or << merge keys share its text); nothing was written`;
+    const error = new PreflightError('UNSAFE_EDIT', message, {
+      document: report.document,
+      container: report.container,
+      image: report.image,
+      fix: 'write this container\'s command, args and the containers around it without sharing them through anchors, aliases or << merge keys, or opt it out with vram-preflight.io/skip: "true"',
+    });
+    report.action = 'error';
+    report.reason = message;
+    report.error = error;
+    result.errors.push(error);
+  }
+  return chunk.text;
+}
+
+export function transform(stream: string, options: Options, input: TransformInput = {}): TransformResult {
   const pieces: string[] = [];
   let joined: string | undefined;
-  const result = { pieces, containers: [], errors: [], warnings: [] } as unknown as TransformResult;
+  const result = { pieces, containers: [], errors: [], warnings: [], wantedImages: [] } as unknown as TransformResult;
   // Joined on demand: the CLI writes the pieces, so a large stream is never copied whole.
   Object.defineProperty(result, 'output', { get: () => (result.errors.length ? '' : (joined ??= pieces.join(''))) });
   const isCandidate = candidateTest(options);
   const lines = new LineIndex(stream);
+  const chunks = splitStream(stream);
+  const claims = collectDeviceClaims(chunks);
+  const sources: StartSources = { images: options.images, registry: input.registry ?? new Map(), lookup: options.registryLookup };
+  const wanted = new Set<string>();
   let index = 0;
   let previousChunk: string | undefined;
-  for (const chunk of splitStream(stream)) {
+  for (const chunk of chunks) {
     index += 1;
     const previous = previousChunk;
     previousChunk = chunk.text;
@@ -350,15 +348,18 @@ export function transform(stream: string, options: Options): TransformResult {
       pieces.push(chunk.text);
       continue;
     }
-    const docs = parseAllDocuments(chunk.text);
-    const edits: TextEdit[] = [];
+    const docs = parseAllDocuments(chunk.text, PARSE_OPTIONS);
+    const values: unknown[] = [];
+    const editsByDoc: DocumentVisit['edits'][] = [];
+    let broken = false;
     for (const [i, doc] of (Array.isArray(docs) ? docs : []).entries()) {
       const syntax = doc.errors[0];
       if (syntax) {
         // The parser's own "at line N" counts from the chunk, not the stream: drop it.
         const message = syntax.message.split('\n')[0]!.replace(/ at line \d+, column \d+:?$/, '');
         const position = lines.position(chunk.offset + syntax.pos[0]);
-        result.errors.push(new PreflightError('YAML_SYNTAX', message, { position, fix: 'fix the chart template that renders this document' }));
+        result.errors.push(new PreflightError('YAML_SYNTAX', message, { document: refFromText(lines, chunk, index + i, i === 0 ? previous : undefined), position, fix: 'fix the chart template that renders this document' }));
+        broken = true;
         break;
       }
       let value: unknown;
@@ -366,14 +367,21 @@ export function transform(stream: string, options: Options): TransformResult {
         value = doc.toJS();
       } catch (error) {
         // toJS refuses alias bombs and the like: a YAML problem of this document.
-        result.errors.push(new PreflightError('YAML_SYNTAX', (error as Error).message, { position: lines.position(chunk.offset + (doc.range?.[0] ?? 0)) }));
-        continue;
+        result.errors.push(new PreflightError('YAML_SYNTAX', (error as Error).message, { document: refFromText(lines, chunk, index + i, i === 0 ? previous : undefined), position: lines.position(chunk.offset + (doc.range?.[0] ?? 0)) }));
+        broken = true;
+        break;
       }
-      const ref = documentRef(lines, chunk.offset, chunk.text, doc, asObject(value), index + i, i === 0 ? previous : undefined);
-      const ctx: Context = { lines, chunkOffset: chunk.offset, chunkText: chunk.text, doc, ref, nl: lineEnding(chunk.text), options, edits, result };
-      visitObject(doc.contents, value, ctx, '');
+      values.push(value);
+      const ref = documentRef(lines, chunk, doc, asObject(value), index + i, i === 0 ? previous : undefined);
+      for (const dup of findDuplicateKeys(doc.contents)) {
+        result.warnings.push(`${describeDocument(ref)}: key "${dup.key}" appears more than once in ${dup.path}; the last value is used, as Helm and kubectl do`);
+      }
+      const visit: DocumentVisit = { doc, value, ref, chunk, lines, nl: lineEnding(chunk.text), options, sources, claims, result, edits: [], wanted };
+      visitObject(visit, value, []);
+      editsByDoc.push(visit.edits);
     }
-    pieces.push(edits.length ? applyEdits(chunk.text, edits) : chunk.text);
+    pieces.push(broken ? chunk.text : editChunk(chunk, values, editsByDoc, result));
   }
+  result.wantedImages = [...wanted];
   return result;
 }

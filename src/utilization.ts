@@ -13,10 +13,11 @@ const MENTION = /gpu[-_]memory[-_]utilization/;
 /** `$(NAME)`: the kubelet replaces it with the container's env var NAME. */
 const KUBE_REFERENCE = /^\$\(([^)]+)\)$/;
 
-export type UtilizationSource = 'args' | 'annotation' | 'default';
+export type UtilizationSource = 'args' | 'annotation' | 'default' | 'runtime';
 
 export interface Utilization {
-  value: number;
+  /** The fraction; absent when the script reads it from its own argv at run time (source 'runtime'). */
+  value?: number;
   source: UtilizationSource;
   /** Where it was read, for messages (`args[13]`, `env GPU_UTIL via args[13]`, an annotation). */
   origin: string;
@@ -40,6 +41,8 @@ export interface UtilizationInput {
 interface Found {
   raw: string;
   origin: string;
+  /** Found inside a shell string rather than as its own argv item. */
+  inShellText: boolean;
 }
 
 /** The last occurrence wins, as in argparse. */
@@ -52,9 +55,9 @@ function findInArgv(start: readonly string[]): Found | 'unreadable' | undefined 
     const name = eq === -1 ? item : item.slice(0, eq);
     if (FLAG_NAMES.includes(name)) {
       if (eq !== -1) {
-        found = { raw: item.slice(eq + 1), origin: `"${item}"` };
+        found = { raw: item.slice(eq + 1), origin: `"${item}"`, inShellText: false };
       } else if (i + 1 < start.length) {
-        found = { raw: start[i + 1]!, origin: `"${item} ${start[i + 1]}"` };
+        found = { raw: start[i + 1]!, origin: `"${item} ${start[i + 1]}"`, inShellText: false };
         i += 1;
       } else {
         unreadable = true;
@@ -64,7 +67,7 @@ function findInArgv(start: readonly string[]): Found | 'unreadable' | undefined 
     if (MENTION.test(item)) {
       const matches = [...item.matchAll(FLAG_IN_TEXT)];
       if (matches.length === 1 && !/\$/.test(matches[0]![2]!)) {
-        found = { raw: matches[0]![2]!, origin: `"${matches[0]![0]}" inside a shell command` };
+        found = { raw: matches[0]![2]!, origin: `"${matches[0]![0]}" inside a shell command`, inShellText: true };
       } else {
         unreadable = true;
       }
@@ -74,9 +77,12 @@ function findInArgv(start: readonly string[]): Found | 'unreadable' | undefined 
   return found;
 }
 
+/** Python's float() syntax, as vLLM's argparse reads the flag: `0.9`, `.9`, `+0.9`, `9e-1`, `0.9_5`. */
+const PY_FLOAT = /^\+?(?:\d+(?:_\d+)*(?:\.(?:\d+(?:_\d+)*)?)?|\.\d+(?:_\d+)*)(?:[eE][+-]?\d+(?:_\d+)*)?$/;
+
 export function parseUtilizationValue(raw: string, where: string, context: ErrorDetails): number {
   const text = raw.trim();
-  const value = /^(\d+(\.\d*)?|\.\d+)$/.test(text) ? Number(text) : Number.NaN;
+  const value = PY_FLOAT.test(text) ? Number(text.replaceAll('_', '')) : Number.NaN;
   if (!(value > 0 && value <= 1)) {
     throw new PreflightError('BAD_UTILIZATION', `--gpu-memory-utilization "${raw}" (${where}) is not a number in (0, 1]`, {
       ...context,
@@ -86,28 +92,40 @@ export function parseUtilizationValue(raw: string, where: string, context: Error
   return value;
 }
 
-function resolveReference(found: Found, input: UtilizationInput): Found {
+const ANNOTATION_FIX = 'set the annotation vram-preflight.io/gpu-memory-utilization: "<the value>" on the pod template';
+
+/** A value the kubelet expands only when the container starts: the script reads it from its own argv then. */
+function runtime(found: Found, why: string): Utilization {
+  return { source: 'runtime', origin: `${found.origin}: ${why}; the preflight reads the kubelet-expanded value from its own argv at run time` };
+}
+
+function resolveReference(found: Found, input: UtilizationInput): Found | Utilization {
+  if (!found.raw.includes('$(')) return found;
+  if (found.inShellText) {
+    throw new PreflightError('UNREADABLE_UTILIZATION', `--gpu-memory-utilization "${found.raw}" (${found.origin}) is only known at run time, inside a shell command`, {
+      ...input.context,
+      fix: `${ANNOTATION_FIX}, or pass the flag as its own args item`,
+    });
+  }
   const reference = KUBE_REFERENCE.exec(found.raw.trim());
-  if (!reference) {
-    if (found.raw.includes('$(')) {
-      throw new PreflightError('UNREADABLE_UTILIZATION', `--gpu-memory-utilization "${found.raw}" (${found.origin}) mixes a $(VAR) reference with text`, {
-        ...input.context,
-        fix: 'write the number, or reference one env var holding only the number, or set the annotation vram-preflight.io/gpu-memory-utilization',
-      });
-    }
-    return found;
-  }
+  if (!reference) return runtime(found, 'it mixes a $(VAR) reference with text');
   const name = reference[1]!;
-  // The kubelet expands with the last definition of the name in env.
+  // The kubelet expands with the last definition of the name in env (env wins over envFrom).
   const definition = [...input.env].reverse().find((e) => e.name === name);
-  const fix = `give env ${name} a literal value, or set the annotation vram-preflight.io/gpu-memory-utilization on the pod template`;
   if (!definition) {
-    throw new PreflightError('UNREADABLE_UTILIZATION', `--gpu-memory-utilization refers to $(${name}) (${found.origin}), which the container's env does not define${input.hasEnvFrom ? ' literally (it may come from envFrom, which is only known at run time)' : ''}`, { ...input.context, fix });
+    if (input.hasEnvFrom) return runtime(found, `$(${name}) may come from envFrom`);
+    throw new PreflightError('UNREADABLE_UTILIZATION', `--gpu-memory-utilization refers to $(${name}) (${found.origin}), which the container's env does not define: the kubelet would pass "$(${name})" as written and vLLM would reject it`, {
+      ...input.context,
+      fix: `define env ${name}, or ${ANNOTATION_FIX}`,
+    });
   }
-  if (typeof definition.value !== 'string' || definition.valueFrom !== undefined || definition.value.includes('$(')) {
-    throw new PreflightError('UNREADABLE_UTILIZATION', `--gpu-memory-utilization refers to $(${name}) (${found.origin}), whose value is only known at run time`, { ...input.context, fix });
-  }
-  return { raw: definition.value, origin: `env ${name} via ${found.origin}` };
+  if (typeof definition.value !== 'string' || definition.valueFrom !== undefined) return runtime(found, `env ${name} comes from valueFrom`);
+  if (definition.value.includes('$(')) return runtime(found, `env ${name} refers to other variables`);
+  return { raw: definition.value, origin: `env ${name} via ${found.origin}`, inShellText: false };
+}
+
+function isUtilization(value: Found | Utilization): value is Utilization {
+  return 'source' in value;
 }
 
 export function readUtilization(input: UtilizationInput): Utilization {
@@ -117,30 +135,33 @@ export function readUtilization(input: UtilizationInput): Utilization {
     const value = parseUtilizationValue(input.annotation.value, `annotation ${input.annotation.key}`, context);
     if (inArgv !== undefined && inArgv !== 'unreadable') {
       const found = resolveReference(inArgv, input);
-      const fromArgs = parseUtilizationValue(found.raw, found.origin, context);
-      if (fromArgs !== value) {
-        throw new PreflightError('BAD_ANNOTATION', `annotation ${input.annotation.key}: "${input.annotation.value}" contradicts --gpu-memory-utilization ${found.raw} (${found.origin})`, {
-          ...context,
-          fix: 'remove the annotation: it is only needed when the value cannot be read from the args',
-        });
+      if (!isUtilization(found)) {
+        const fromArgs = parseUtilizationValue(found.raw, found.origin, context);
+        if (fromArgs !== value) {
+          throw new PreflightError('BAD_ANNOTATION', `annotation ${input.annotation.key}: "${input.annotation.value}" contradicts --gpu-memory-utilization ${found.raw} (${found.origin})`, {
+            ...context,
+            fix: 'remove the annotation: it is only needed when the value cannot be read from the args',
+          });
+        }
       }
     }
     return { value, source: 'annotation', origin: `annotation ${input.annotation.key}` };
   }
   if (inArgv === 'unreadable') {
-    throw new PreflightError('UNREADABLE_UTILIZATION', '--gpu-memory-utilization appears in the start but its value cannot be read for sure (inside a shell command with variables, or without a value)', {
+    throw new PreflightError('UNREADABLE_UTILIZATION', '--gpu-memory-utilization appears in the start but its value cannot be read for sure (computed inside a shell command, or given without a value)', {
       ...context,
-      fix: 'pass it as its own args item (`--gpu-memory-utilization`, `"0.9"`), or set the annotation vram-preflight.io/gpu-memory-utilization on the pod template',
+      fix: `${ANNOTATION_FIX} (e.g. "0.9"), or pass the flag as its own args item (\`--gpu-memory-utilization\`, \`"0.9"\`)`,
     });
   }
   if (inArgv) {
     const found = resolveReference(inArgv, input);
+    if (isUtilization(found)) return found;
     return { value: parseUtilizationValue(found.raw, found.origin, context), source: 'args', origin: found.origin };
   }
   if (input.start.some((item) => item === '--config' || item.startsWith('--config='))) {
     throw new PreflightError('UNREADABLE_UTILIZATION', 'vLLM reads a --config file here, which may set gpu_memory_utilization', {
       ...context,
-      fix: 'also pass --gpu-memory-utilization in the args, or set the annotation vram-preflight.io/gpu-memory-utilization on the pod template',
+      fix: `${ANNOTATION_FIX}, or also pass --gpu-memory-utilization in the args`,
     });
   }
   return { value: input.defaultValue, source: 'default', origin: 'default (no --gpu-memory-utilization in the start)' };

@@ -1,8 +1,13 @@
 import { describe, expect, it } from 'vitest';
-import { findKnownImage, parseImage, tagInRange } from '../../src/images.js';
+import { findKnownImage, KNOWN_IMAGES, parseTag, tagMatches } from '../../src/images.js';
+import { compareVersions, parseImage, parseVersion } from '../../src/image-ref.js';
+import { nvidiaGpuSignals, emptyDeviceClaims, recordDeviceClaim } from '../../src/gpu.js';
+import { globMatches } from '../../src/glob.js';
+import { escapeForKubelet } from '../../src/start.js';
+import { firstDifference, verifyEditedChunk } from '../../src/verify.js';
 import { splitStream } from '../../src/stream.js';
 import { readUtilization } from '../../src/utilization.js';
-import { argvStartsVllm, nvidiaGpus } from '../../src/detect.js';
+import { argvStartsVllm, startsVllmInBackground } from '../../src/detect.js';
 import { quoteYamlString } from '../../src/rewrite.js';
 import { parse } from 'yaml';
 import { findWorkloadKind, WORKLOAD_KINDS } from '../../src/workloads.js';
@@ -18,25 +23,151 @@ describe('image references', () => {
     expect(parseImage(raw)).toEqual({ raw, registry, repository, tag, digest });
   });
 
-  it('places vllm/vllm-openai tags on the side of the ENTRYPOINT change they belong to, and refuses the gap', () => {
-    const start = (image: string) => findKnownImage(parseImage(image))?.entrypoint.join(' ');
-    expect(start('vllm/vllm-openai:v0.12.9')).toBe('python3 -m vllm.entrypoints.openai.api_server');
-    expect(start('vllm/vllm-openai:v0.8.5.post1')).toBe('python3 -m vllm.entrypoints.openai.api_server');
-    expect(start('vllm/vllm-openai:v0.13.0')).toBeUndefined();
-    expect(start('vllm/vllm-openai:v0.25.9')).toBeUndefined();
-    expect(start('vllm/vllm-openai:v0.26.0')).toBe('vllm serve');
-    expect(start('vllm/vllm-openai:v0.26.0rc1')).toBeUndefined();
-    expect(start('vllm/vllm-openai:latest')).toBe('vllm serve');
-    expect(start('vllm/vllm-openai')).toBe('vllm serve');
-    expect(start('vllm/vllm-openai:nightly')).toBeUndefined();
-    expect(start('lmcache/vllm-openai:v0.5.2')).toBe('/opt/venv/bin/vllm serve');
-    expect(start('someone/vllm-openai-fork:v0.26.0')).toBeUndefined();
+  const start = (image: string) => findKnownImage(parseImage(image))?.entrypoint.join(' ');
+  const API = 'python3 -m vllm.entrypoints.openai.api_server';
+
+  it.each([
+    // vllm/vllm-openai: api_server up to v0.11.0 (proven), vllm serve from v0.14.1 (proven), the gap refused
+    ['vllm/vllm-openai:v0.11.0', API],
+    ['vllm/vllm-openai:v0.10.1.1', API],
+    ['vllm/vllm-openai:v0.8.5rc1', API],
+    ['vllm/vllm-openai:v0.9.2-x86_64', API],
+    ['vllm/vllm-openai:v0.11.0.1', undefined],
+    ['vllm/vllm-openai:v0.11.2', undefined],
+    ['vllm/vllm-openai:v0.13.0', undefined],
+    ['vllm/vllm-openai:v0.14.0', undefined],
+    ['vllm/vllm-openai:v0.14.1rc1', undefined],
+    ['vllm/vllm-openai:v0.14.1', 'vllm serve'],
+    ['vllm/vllm-openai:v0.14.1-cu130', 'vllm serve'],
+    ['vllm/vllm-openai:v0.17.0-aarch64-cu130', 'vllm serve'],
+    ['vllm/vllm-openai:v0.21.0-cu129', 'vllm serve'],
+    ['vllm/vllm-openai:v0.22.1-x86_64-cu129', 'vllm serve'],
+    ['vllm/vllm-openai:v0.25.0-cu129-ubuntu2404', 'vllm serve'],
+    ['vllm/vllm-openai:v0.26.0-ubuntu2404', 'vllm serve'],
+    ['vllm/vllm-openai:latest', 'vllm serve'],
+    ['vllm/vllm-openai:latest-x86_64', 'vllm serve'],
+    ['vllm/vllm-openai:latest-cu129', 'vllm serve'],
+    ['vllm/vllm-openai', 'vllm serve'],
+    ['vllm/vllm-openai:nightly', undefined],
+    ['vllm/vllm-openai:nightly-8bff831f0aa239006f34b721e63e1340e3472067', undefined],
+    ['vllm/vllm-openai:glm5', undefined],
+    ['vllm/vllm-openai:gemma4-cu130', undefined],
+    ['vllm/vllm-openai@sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef', undefined],
+    ['harbor.example.com/proxy/vllm/vllm-openai:v0.26.0', 'vllm serve'],
+    ['someone/vllm-openai-fork:v0.26.0', undefined],
+    // lmcache/vllm-openai: /opt/venv/bin/vllm serve after the mid-2025 switch
+    ['lmcache/vllm-openai:nightly-2026-08-18-cu129', '/opt/venv/bin/vllm serve'],
+    ['lmcache/vllm-openai:nightly-2025-06-24', '/opt/venv/bin/vllm serve'],
+    ['lmcache/vllm-openai:nightly-2025-06-01', undefined],
+    ['lmcache/vllm-openai:latest-nightly-cu129', '/opt/venv/bin/vllm serve'],
+    ['lmcache/vllm-openai:latest-cu129', '/opt/venv/bin/vllm serve'],
+    ['lmcache/vllm-openai:v0.3.9post2', '/opt/venv/bin/vllm serve'],
+    ['lmcache/vllm-openai:v0.4.7-cu129', '/opt/venv/bin/vllm serve'],
+    ['lmcache/vllm-openai:2025-05-27-v1', undefined],
+    // KServe: -gpu tags python3, CPU tags python since v0.15
+    ['kserve/huggingfaceserver:v0.15.2-gpu', 'python3 -m huggingfaceserver'],
+    ['kserve/huggingfaceserver:latest-gpu', 'python3 -m huggingfaceserver'],
+    ['kserve/huggingfaceserver:v0.15.2', 'python -m huggingfaceserver'],
+    ['kserve/huggingfaceserver:v0.14.1', 'python3 -m huggingfaceserver'],
+    // llm-d, as far as the evidence reaches
+    ['ghcr.io/llm-d/llm-d-cuda:v0.4.0', 'python -m vllm.entrypoints.openai.api_server'],
+    ['ghcr.io/llm-d/llm-d-cuda:v0.9.0', undefined],
+    ['ghcr.io/llm-d/llm-d:v0.2.0', API],
+    ['nvcr.io/nvidia/ai-dynamo/vllm-runtime:0.6.1', '/opt/nvidia/nvidia_entrypoint.sh'],
+  ])('%s starts with %s', (image, expected) => {
+    expect(start(image)).toBe(expected);
   });
 
-  it('range edges are inclusive below and exclusive above', () => {
-    expect(tagInRange('v1.0.0', { from: '1.0.0', below: '2.0.0' })).toBe(true);
-    expect(tagInRange('v2.0.0', { from: '1.0.0', below: '2.0.0' })).toBe(false);
-    expect(tagInRange('v0.9.9', { from: '1.0.0' })).toBe(false);
+  it('orders rc before its release before a post-release', () => {
+    const v = (t: string) => parseVersion(t)!;
+    expect(compareVersions(v('0.14.1rc1'), v('0.14.1'))).toBeLessThan(0);
+    expect(compareVersions(v('0.14.1'), v('0.14.1.1'))).toBeLessThan(0);
+    expect(compareVersions(v('0.3.9post2'), v('0.3.9.1'))).toBeGreaterThan(0);
+    expect(parseVersion('v1.2')).toBeUndefined();
+  });
+
+  it('strips variant suffixes per grammar', () => {
+    expect(parseTag('v0.20.1-x86_64-cu129-ubuntu2404', 'vllm').version?.parts).toEqual([0, 20, 1]);
+    expect(parseTag('latest-aarch64', 'vllm').name).toBe('latest');
+    expect(parseTag('nightly-2026-08-18-cu129', 'lmcache').date).toBe('2026-08-18');
+    expect(parseTag('v0.15.0-gpu', 'kserve')).toMatchObject({ variant: 'gpu' });
+    expect(tagMatches(parseTag('v0.15.0-gpu', 'kserve'), { from: '0.15.0', variant: '' })).toBe(false);
+  });
+
+  it('every row states its evidence and confidence', () => {
+    for (const row of KNOWN_IMAGES) {
+      expect(row.evidence.length, row.repository).toBeGreaterThan(10);
+      expect(['proven', 'inferred']).toContain(row.confidence);
+    }
+  });
+
+  it('escapes every $ of an image start for the kubelet', () => {
+    expect(escapeForKubelet('--cache=$(HF_HOME)')).toBe('--cache=$$(HF_HOME)');
+    expect(escapeForKubelet('$$5')).toBe('$$$$5');
+  });
+});
+
+describe('glob matching', () => {
+  it.each([
+    ['model*', 'model-a', true],
+    ['*a*a*a*a*a*a*b', 'a'.repeat(63), false],
+    ['*-*-*-*-*-*-*-*-x', 'a-'.repeat(60), false],
+    ['*', '', true],
+    ['a*b*c', 'aXbYc', true],
+    ['a*b*c', 'aXbY', false],
+    ['v0.?', 'v0.1', false],
+    ['exact', 'exact', true],
+  ])('%s against %s: %s', (pattern, text, expected) => {
+    expect(globMatches(pattern, text)).toBe(expected);
+  });
+  it('costs at most pattern x text steps on the adversarial cases', () => {
+    // Counted, not timed: a backtracking matcher would take billions of steps here.
+    const started = process.hrtime.bigint();
+    for (let i = 0; i < 100; i++) globMatches('*a'.repeat(200) + 'b', 'a'.repeat(5000));
+    expect(Number(process.hrtime.bigint() - started) / 1e9).toBeLessThan(30);
+  });
+});
+
+describe('GPU signals', () => {
+  const signals = (container: object, podSpec: object = {}, claims = emptyDeviceClaims()) =>
+    nvidiaGpuSignals({ container: container as Record<string, unknown>, podSpec: podSpec as Record<string, unknown>, claims }).signals.map((s) => `${s.signal}:${s.detail}`);
+  it('counts NVIDIA GPU resources above zero, time-sliced and MIG included', () => {
+    expect(signals({ resources: { limits: { 'nvidia.com/gpu': 2 } } })).toEqual(['resource:nvidia.com/gpu=2']);
+    expect(signals({ resources: { limits: { 'nvidia.com/gpu.shared': 1 } } })).toEqual(['resource:nvidia.com/gpu.shared=1']);
+    expect(signals({ resources: { requests: { 'nvidia.com/mig-3g.40gb': '1' } } })).toEqual(['resource:nvidia.com/mig-3g.40gb=1']);
+    expect(signals({ resources: { limits: { 'nvidia.com/gpu': 0, 'amd.com/gpu': 1 } } })).toEqual([]);
+  });
+  it('reads the NVIDIA runtimeClass and NVIDIA_VISIBLE_DEVICES', () => {
+    expect(signals({}, { runtimeClassName: 'nvidia' })).toEqual(['runtimeClass:runtimeClassName nvidia']);
+    expect(signals({}, { runtimeClassName: 'nvidia-cdi' })).toHaveLength(1);
+    expect(signals({}, { runtimeClassName: 'kata' })).toEqual([]);
+    expect(signals({ env: [{ name: 'NVIDIA_VISIBLE_DEVICES', value: 'all' }] })).toEqual(['visibleDevices:NVIDIA_VISIBLE_DEVICES=all']);
+    for (const none of ['void', 'none', '']) expect(signals({ env: [{ name: 'NVIDIA_VISIBLE_DEVICES', value: none }] })).toEqual([]);
+  });
+  it('follows DRA claims to NVIDIA device classes in the stream, and reports unknown ones', () => {
+    const claims = emptyDeviceClaims();
+    recordDeviceClaim(claims, { kind: 'ResourceClaimTemplate', metadata: { name: 'one-gpu' }, spec: { spec: { devices: { requests: [{ name: 'g', exactly: { deviceClassName: 'gpu.nvidia.com' } }] } } } });
+    recordDeviceClaim(claims, { kind: 'ResourceClaim', metadata: { name: 'nic' }, spec: { devices: { requests: [{ name: 'n', deviceClassName: 'nic.example.com' }] } } });
+    const podSpec = { resourceClaims: [{ name: 'gpu', resourceClaimTemplateName: 'one-gpu' }, { name: 'net', resourceClaimName: 'nic' }, { name: 'ext', resourceClaimName: 'elsewhere' }] };
+    expect(signals({ resources: { claims: [{ name: 'gpu' }] } }, podSpec, claims)).toEqual(['dra:DRA ResourceClaimTemplate one-gpu → gpu.nvidia.com']);
+    expect(signals({ resources: { claims: [{ name: 'net' }] } }, podSpec, claims)).toEqual([]);
+    const unknown = nvidiaGpuSignals({ container: { resources: { claims: [{ name: 'ext' }] } }, podSpec, claims });
+    expect(unknown.unknownClaims).toEqual(['ResourceClaim elsewhere (claim "ext")']);
+  });
+});
+
+describe('verification after an edit', () => {
+  it('finds the first differing path', () => {
+    expect(firstDifference({ a: [1, { b: 2 }] }, { a: [1, { b: 3 }] })).toEqual(['a', 1, 'b']);
+    expect(firstDifference({ a: 1 }, { a: 1 })).toBeUndefined();
+  });
+  it('refuses an edit that changes what another node means', () => {
+    const original = 'c: &x [a]\nd: *x\n';
+    const edited = 'c: &x [b]\nd: *x\n';
+    const problem = verifyEditedChunk(edited, [{ c: ['a'], d: ['a'] }], [[]]);
+    expect(problem?.message).toContain('c');
+    expect(verifyEditedChunk(original, [{ c: ['a'], d: ['a'] }], [[]])).toBeUndefined();
+    expect(verifyEditedChunk('c: *nope\n', [{}], [[]])?.message).toMatch(/not be (valid YAML|readable)/);
   });
 });
 
@@ -65,13 +196,21 @@ describe('utilization', () => {
   ])('%j → %s', (start, value) => {
     expect(read(start).value).toBe(value);
   });
-  it.each([['0'], ['1.01'], ['-0.5'], ['0x1'], ['1e-1'], [''], ['NaN']])('refuses %j', (raw) => {
+  it.each([['1e-1', 0.1], ['+.9', 0.9], ['0.9_5', 0.95], [' 0.9 ', 0.9], ['0.1234567', 0.1234567], ['1', 1]])('accepts %j as vLLM (Python float) does', (raw, value) => {
+    expect(read(['--gpu-memory-utilization', raw]).value).toBe(value);
+  });
+  it.each([['0'], ['1.01'], ['-0.5'], ['0x1'], ['1e1'], [''], ['NaN'], ['inf'], ['_9']])('refuses %j', (raw) => {
     expect(() => read(['--gpu-memory-utilization', raw])).toThrow(/BAD_UTILIZATION|not a number/);
   });
   it('resolves $(VAR) from a literal env value, the last definition winning', () => {
     expect(read(['--gpu-memory-utilization', '$(U)'], { env: [{ name: 'U', value: '0.1' }, { name: 'U', value: '0.4' }] }).value).toBe(0.4);
-    expect(() => read(['--gpu-memory-utilization', '$(U)'], { hasEnvFrom: true })).toThrow(/envFrom/);
-    expect(() => read(['--gpu-memory-utilization', 'x$(U)'])).toThrow(/mixes/);
+    expect(() => read(['--gpu-memory-utilization', '$(U)'])).toThrow(/does not define/);
+  });
+  it('leaves values only the kubelet knows to the script, at run time', () => {
+    expect(read(['--gpu-memory-utilization', '$(U)'], { hasEnvFrom: true }).value).toBeUndefined();
+    expect(read(['--gpu-memory-utilization=$(U)'], { env: [{ name: 'U', valueFrom: { configMapKeyRef: {} } }] }).source).toBe('runtime');
+    expect(read(['--gpu-memory-utilization', '0.$(U)'])).toMatchObject({ source: 'runtime' });
+    expect(() => read(['bash', '-c', 'vllm serve m --gpu-memory-utilization $(U)'])).toThrow(/cannot be read/);
   });
   it('uses the default when absent, and says so', () => {
     expect(read(['vllm', 'serve'])).toMatchObject({ value: 0.9, source: 'default' });
@@ -96,11 +235,11 @@ describe('detection helpers', () => {
   ])('%j starts vLLM: %s', (argv, expected) => {
     expect(argvStartsVllm(argv)).toBe(expected);
   });
-  it('counts nvidia.com/gpu and MIG slices above zero, nothing else', () => {
-    expect(nvidiaGpus({ limits: { 'nvidia.com/gpu': 2 } })).toEqual(['nvidia.com/gpu=2']);
-    expect(nvidiaGpus({ requests: { 'nvidia.com/mig-3g.40gb': '1' } })).toEqual(['nvidia.com/mig-3g.40gb=1']);
-    expect(nvidiaGpus({ limits: { 'nvidia.com/gpu': 0, 'amd.com/gpu': 1 } })).toEqual([]);
-    expect(nvidiaGpus(undefined)).toEqual([]);
+  it('sees vLLM behind launchers and in Dynamo, and notes a background start', () => {
+    expect(argvStartsVllm(['/opt/nvidia/nvidia_entrypoint.sh', 'python3', '-m', 'dynamo.vllm', '--model', 'x'])).toBe(true);
+    expect(argvStartsVllm(['tini', '--', 'vllm', 'serve', 'm'])).toBe(true);
+    expect(startsVllmInBackground(['bash', '-c', 'ray start --head; vllm serve m --port 8000 & sleep infinity'])).toBe(true);
+    expect(startsVllmInBackground(['bash', '-c', 'ray start --head && vllm serve m'])).toBe(false);
   });
   it('the workload table has one row per kind and matches on API group', () => {
     expect(new Set(WORKLOAD_KINDS.map((k) => `${k.group}/${k.kind}`)).size).toBe(WORKLOAD_KINDS.length);

@@ -1,0 +1,153 @@
+/**
+ * GPU signals: every way a container gets an NVIDIA GPU, one row each.
+ * A container counts as on an NVIDIA GPU when any signal fires; `explain`
+ * shows which one did. Where vLLM runs without one (CPU, AMD, Intel), there
+ * is no nvidia-smi to ask and nothing to wait for.
+ */
+
+type Plain = Record<string, unknown>;
+
+function asObject(value: unknown): Plain | undefined {
+  return value && typeof value === 'object' && !Array.isArray(value) ? (value as Plain) : undefined;
+}
+
+/** Device classes of NVIDIA's DRA driver (k8s-dra-driver-gpu). */
+export const NVIDIA_DEVICE_CLASSES: readonly string[] = ['gpu.nvidia.com', 'mig.nvidia.com'];
+
+/** What a DRA claim in the stream asks for, by name. */
+export interface DeviceClaims {
+  /** ResourceClaimTemplate name → device classes it requests. */
+  templates: Map<string, string[]>;
+  /** ResourceClaim name → device classes it requests. */
+  claims: Map<string, string[]>;
+}
+
+export function emptyDeviceClaims(): DeviceClaims {
+  return { templates: new Map(), claims: new Map() };
+}
+
+/** Device classes named by a claim spec, in any resource.k8s.io version (v1beta1 `deviceClassName`, v1beta2/v1 `exactly`, `firstAvailable`). */
+export function deviceClassesOf(claimSpec: unknown): string[] {
+  const requests = asObject(asObject(claimSpec)?.devices)?.requests;
+  if (!Array.isArray(requests)) return [];
+  const classes: string[] = [];
+  const add = (request: unknown): void => {
+    const r = asObject(request);
+    if (!r) return;
+    for (const holder of [r, asObject(r.exactly)]) {
+      if (typeof holder?.deviceClassName === 'string') classes.push(holder.deviceClassName);
+    }
+    if (Array.isArray(r.firstAvailable)) r.firstAvailable.forEach(add);
+  };
+  requests.forEach(add);
+  return classes;
+}
+
+/** Records a ResourceClaim or ResourceClaimTemplate of the stream. */
+export function recordDeviceClaim(claims: DeviceClaims, object: Plain): void {
+  const name = asObject(object.metadata)?.name;
+  if (typeof name !== 'string') return;
+  if (object.kind === 'ResourceClaim') claims.claims.set(name, deviceClassesOf(object.spec));
+  if (object.kind === 'ResourceClaimTemplate') claims.templates.set(name, deviceClassesOf(asObject(object.spec)?.spec));
+}
+
+export interface GpuSignal {
+  /** Which row of the table fired. */
+  signal: 'resource' | 'runtimeClass' | 'visibleDevices' | 'dra';
+  /** For explain: `nvidia.com/gpu=2`, `runtimeClassName nvidia`, … */
+  detail: string;
+}
+
+export interface GpuFindings {
+  signals: GpuSignal[];
+  /** DRA claims of the container defined outside the stream: cannot tell. */
+  unknownClaims: string[];
+}
+
+export interface GpuInput {
+  container: Plain;
+  podSpec: Plain;
+  claims: DeviceClaims;
+}
+
+/** Resource names of NVIDIA GPUs: whole (`gpu`), time-sliced renames (`gpu.shared`), MIG slices (`mig-1g.10gb`). */
+export function isNvidiaGpuResource(name: string): boolean {
+  return name === 'nvidia.com/gpu' || name.startsWith('nvidia.com/gpu.') || name.startsWith('nvidia.com/mig-');
+}
+
+function quantity(value: unknown): number {
+  if (typeof value === 'number') return value;
+  if (typeof value === 'string') {
+    const n = Number(value.trim());
+    return Number.isFinite(n) ? n : 0;
+  }
+  return 0;
+}
+
+function resourceSignals({ container }: GpuInput): GpuSignal[] {
+  const resources = asObject(container.resources);
+  const found = new Map<string, number>();
+  for (const list of [resources?.requests, resources?.limits]) {
+    const entries = asObject(list);
+    if (!entries) continue;
+    // Extended resources must have limits == requests; limits win when both are given.
+    for (const [name, value] of Object.entries(entries)) if (isNvidiaGpuResource(name) && quantity(value) > 0) found.set(name, quantity(value));
+  }
+  return [...found].map(([name, n]) => ({ signal: 'resource', detail: `${name}=${n}` }));
+}
+
+/** RuntimeClasses of the NVIDIA Container Toolkit / GPU Operator: `nvidia`, `nvidia-cdi`, `nvidia-legacy`. */
+const NVIDIA_RUNTIME_CLASS = /^nvidia([-.][a-z0-9.-]*)?$/;
+
+function runtimeClassSignals({ podSpec }: GpuInput): GpuSignal[] {
+  const name = podSpec.runtimeClassName;
+  return typeof name === 'string' && NVIDIA_RUNTIME_CLASS.test(name) ? [{ signal: 'runtimeClass', detail: `runtimeClassName ${name}` }] : [];
+}
+
+/** The NVIDIA runtime hands the listed devices to a container; `void`, `none` and empty hand none. */
+function visibleDevicesSignals({ container }: GpuInput): GpuSignal[] {
+  if (!Array.isArray(container.env)) return [];
+  // The kubelet uses the last definition of a name.
+  const entry = [...container.env].reverse().find((e) => asObject(e)?.name === 'NVIDIA_VISIBLE_DEVICES') as Plain | undefined;
+  const value = entry?.value;
+  if (typeof value !== 'string') return [];
+  const v = value.trim();
+  return v === '' || v === 'void' || v === 'none' ? [] : [{ signal: 'visibleDevices', detail: `NVIDIA_VISIBLE_DEVICES=${v}` }];
+}
+
+function draFindings({ container, podSpec, claims }: GpuInput): GpuFindings {
+  const used = asObject(container.resources)?.claims;
+  const findings: GpuFindings = { signals: [], unknownClaims: [] };
+  if (!Array.isArray(used)) return findings;
+  const podClaims = Array.isArray(podSpec.resourceClaims) ? (podSpec.resourceClaims as unknown[]).map(asObject) : [];
+  for (const use of used) {
+    const name = asObject(use)?.name;
+    if (typeof name !== 'string') continue;
+    const podClaim = podClaims.find((c) => c?.name === name);
+    // Kubernetes 1.31+ puts the reference at the top; 1.26-1.30 under `source`.
+    const ref = { ...asObject(podClaim?.source), ...podClaim };
+    const templateName = ref.resourceClaimTemplateName;
+    const claimName = ref.resourceClaimName;
+    const classes =
+      typeof templateName === 'string' ? claims.templates.get(templateName) : typeof claimName === 'string' ? claims.claims.get(claimName) : undefined;
+    const label = typeof templateName === 'string' ? `ResourceClaimTemplate ${templateName}` : typeof claimName === 'string' ? `ResourceClaim ${claimName}` : `claim ${name}`;
+    if (classes === undefined) {
+      findings.unknownClaims.push(`${label} (claim "${name}")`);
+      continue;
+    }
+    const nvidia = classes.filter((c) => NVIDIA_DEVICE_CLASSES.includes(c));
+    if (nvidia.length) findings.signals.push({ signal: 'dra', detail: `DRA ${label} → ${[...new Set(nvidia)].join(', ')}` });
+  }
+  return findings;
+}
+
+/** The GPU signal table: each row reads one way a container gets an NVIDIA GPU. */
+const SIGNALS: readonly ((input: GpuInput) => GpuSignal[])[] = [resourceSignals, runtimeClassSignals, visibleDevicesSignals];
+
+/** What was checked, for a skip reason. */
+export const SIGNALS_CHECKED = 'nvidia.com/gpu* or nvidia.com/mig-* resources, an NVIDIA runtimeClassName, NVIDIA_VISIBLE_DEVICES, DRA claims of an NVIDIA device class';
+
+export function nvidiaGpuSignals(input: GpuInput): GpuFindings {
+  const dra = draFindings(input);
+  return { signals: [...SIGNALS.flatMap((row) => row(input)), ...dra.signals], unknownClaims: dra.unknownClaims };
+}

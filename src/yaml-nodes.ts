@@ -1,0 +1,111 @@
+/**
+ * Reading YAML nodes the way Kubernetes reads the values: a duplicate key's
+ * last value wins (sigs.k8s.io/yaml, as Helm 3 and 4 apply it), `<<` merge
+ * keys contribute the keys a mapping does not set itself, aliases stand for
+ * their anchor's node. The rewrite needs nodes (for positions), detection
+ * needs values; both must see the same container, so every node lookup goes
+ * through here.
+ */
+import { isAlias, isMap, isScalar, isSeq, type Document, type Node, type Pair, type YAMLMap } from 'yaml';
+
+/** Options for every parse: what the cluster reads, not what YAML 1.2 strictly allows. */
+export const PARSE_OPTIONS = { uniqueKeys: false, merge: true } as const;
+
+/** Merges nest rarely more than once or twice; the bound stops a malicious cycle. */
+const MAX_MERGE_DEPTH = 32;
+
+export function isMergeKey(key: unknown): boolean {
+  return isScalar(key) && (key.value === '<<' || (typeof key.value === 'symbol' && key.source === '<<'));
+}
+
+export function keyName(pair: Pair): string | undefined {
+  const key = pair.key;
+  if (!isScalar(key) || isMergeKey(key)) return undefined;
+  return key.value === null || key.value === undefined ? undefined : String(key.value);
+}
+
+/** The node an alias stands for; any other node as it is. */
+export function resolveAlias(node: unknown, doc: Document): unknown {
+  let current = node;
+  for (let hops = 0; isAlias(current) && hops < MAX_MERGE_DEPTH; hops++) current = current.resolve(doc);
+  return current;
+}
+
+/** Mappings a `<<` value merges in, highest precedence first. */
+function mergeSources(value: unknown, doc: Document): YAMLMap[] {
+  const resolved = resolveAlias(value, doc);
+  if (isMap(resolved)) return [resolved];
+  if (isSeq(resolved)) return resolved.items.map((item) => resolveAlias(item, doc)).filter((item): item is YAMLMap => isMap(item));
+  return [];
+}
+
+export interface EffectivePair {
+  pair: Pair;
+  /** The pair is written in this mapping (not merged in from another one). */
+  own: boolean;
+}
+
+/** The pair that decides `key` in `map`: its last own pair, else the first merge source that has one. */
+export function effectivePair(map: YAMLMap, key: string, doc: Document, depth = 0): EffectivePair | undefined {
+  let own: Pair | undefined;
+  const merges: Pair[] = [];
+  for (const pair of map.items) {
+    if (isMergeKey(pair.key)) merges.push(pair);
+    else if (keyName(pair) === key) own = pair;
+  }
+  if (own) return { pair: own, own: true };
+  if (depth >= MAX_MERGE_DEPTH) return undefined;
+  for (const merge of merges) {
+    for (const source of mergeSources(merge.value, doc)) {
+      const found = effectivePair(source, key, doc, depth + 1);
+      if (found) return { pair: found.pair, own: false };
+    }
+  }
+  return undefined;
+}
+
+/** The value node of `key` in `map` (aliases resolved), as the cluster sees it. */
+export function effectiveGet(map: unknown, key: string, doc: Document): unknown {
+  if (!isMap(map)) return undefined;
+  const found = effectivePair(map, key, doc);
+  return found ? resolveAlias(found.pair.value, doc) : undefined;
+}
+
+/** Own pairs of `map` named `key`, duplicates included, in text order. */
+export function ownPairs(map: YAMLMap, key: string): Pair[] {
+  return map.items.filter((pair) => keyName(pair) === key);
+}
+
+/** Keys that appear more than once in one mapping, with a path for messages. */
+export interface DuplicateKey {
+  path: string;
+  key: string;
+}
+
+/** Every duplicated key of the document, found in one walk (aliases are not followed: their target is walked where it is written). */
+export function findDuplicateKeys(root: unknown): DuplicateKey[] {
+  const found: DuplicateKey[] = [];
+  const walk = (node: unknown, path: string): void => {
+    if (isMap(node)) {
+      const seen = new Set<string>();
+      const reported = new Set<string>();
+      for (const pair of node.items) {
+        const name = keyName(pair);
+        if (name !== undefined) {
+          if (seen.has(name) && !reported.has(name)) {
+            found.push({ path: path || '(top level)', key: name });
+            reported.add(name);
+          }
+          seen.add(name);
+        }
+        walk(pair.value, name === undefined ? path : path ? `${path}.${name}` : name);
+      }
+    } else if (isSeq(node)) {
+      node.items.forEach((item, i) => walk(item, `${path}[${i}]`));
+    }
+  };
+  walk(root, '');
+  return found;
+}
+
+export type { Node };
