@@ -78,6 +78,19 @@ export interface ContainerDecision {
   edit?: ContainerEdit;
 }
 
+/** Containers of one render share their settings: render each distinct script once (10,000 containers, one script). */
+const scripts = new Map<string, string>();
+function preflightScript(settings: Parameters<typeof renderPreflightScript>[0]): string {
+  const key = JSON.stringify(settings);
+  let script = scripts.get(key);
+  if (script === undefined) {
+    script = renderPreflightScript(settings);
+    if (scripts.size > 64) scripts.clear();
+    scripts.set(key, script);
+  }
+  return script;
+}
+
 function probeBudget(container: Record<string, unknown>): number | undefined {
   const probe = (container.startupProbe ?? container.livenessProbe) as Record<string, unknown> | undefined;
   if (!probe || typeof probe !== 'object') return undefined;
@@ -195,7 +208,7 @@ export function decideContainer(input: ContainerInput, base: Pick<ContainerRepor
       report.warnings.push(`preflight timeout ${options.timeoutSeconds}s is not below the ${which} budget of ${report.probeBudgetSeconds}s: the kubelet, not the preflight, would end a long wait, without saying why`);
     }
     const terminationMessagePath = typeof container.terminationMessagePath === 'string' ? container.terminationMessagePath : '/dev/termination-log';
-    const script = renderPreflightScript({
+    const script = preflightScript({
       version: VERSION,
       utilization: (utilization.value ?? 'from-args') as number,
       headroomMiB: options.headroomMiB,
