@@ -120,7 +120,10 @@ export class Registry {
   private networkError(err: unknown, host: string): LookupError {
     if (err instanceof LookupError) return err;
     if (err instanceof NetworkError) {
-      if (err.kind === 'timeout') return new LookupError(`${host}: ${err.message}`, true);
+      if (err.kind === 'timeout') {
+        if (Date.now() >= this.ctx.deadline - 10) return new LookupError(`${host}: the lookup budget of ${seconds(this.ctx.totalTimeoutMs)} was spent before it answered`, true);
+        return new LookupError(`${host}: ${err.message}`, true);
+      }
       if (err.kind === 'tls') return new LookupError(`${host}: TLS failed (${err.message})`, true);
       return new LookupError(`${host}: cannot connect (${err.message})`, true);
     }
