@@ -247,7 +247,7 @@ export function renderImageEntries(answers: readonly ImageStartAnswer[]): string
     lines.push(`    cmd: ${flow(a.cmd)}`);
     const when = a.checkedAt.slice(0, 10);
     const how = a.source === 'stale-cache' ? `from the cache (registry unreachable), last confirmed ${when}` : `read from the registry ${when}`;
-    lines.push(`    # ${a.image}: ${a.digest} ${a.platform}, ${how}`);
+    lines.push(`    # ${a.image}${ref.digest === a.digest ? '' : ` = ${a.digest}`}, ${a.platform}, ${how}`);
   }
   return `${lines.join('\n')}\n`;
 }

@@ -353,7 +353,7 @@ export async function startReverseProxy(target: number, options: { corrupt?: (me
       up.on('data', (d: Buffer) => chunks.push(d));
       up.on('end', () => {
         const body = Buffer.concat(chunks);
-        if (body.length > 0 && options.corrupt?.(req.method!, req.url!)) body[body.length - 2] ^= 0x01;
+        if (body.length > 1 && options.corrupt?.(req.method!, req.url!)) body[body.length - 2] = body[body.length - 2]! ^ 0x01;
         res.writeHead(up.statusCode ?? 502, up.headers).end(body);
       });
     });
