@@ -166,15 +166,18 @@ export async function httpRequest(request: HttpRequest): Promise<HttpResponse> {
   const deadline = Date.now() + request.timeoutMs;
   let url = request.url;
   let headers = request.headers;
+  let insecureTls = request.insecureTls;
   for (let hop = 0; hop < 6; hop++) {
     const remaining = deadline - Date.now();
     if (remaining <= 0) throw new NetworkError('timeout', `no answer within ${seconds(request.timeoutMs)}`);
-    const res = await once({ ...request, url, headers, timeoutMs: remaining }, request.timeoutMs);
+    const res = await once({ ...request, url, headers, insecureTls, timeoutMs: remaining }, request.timeoutMs);
     const location = res.headers.location;
     if ([301, 302, 303, 307, 308].includes(res.status) && location && request.method !== 'POST') {
       const next = new URL(location, url);
       if (next.host !== url.host) {
+        // Blob downloads are redirected to storage hosts: they get no credentials and full TLS checks.
         headers = Object.fromEntries(Object.entries(headers).filter(([k]) => k.toLowerCase() !== 'authorization'));
+        insecureTls = false;
       }
       url = next;
       continue;
