@@ -138,8 +138,8 @@ export class Registry {
         this.scheme = scheme;
         return res;
       } catch (err) {
-        // Docker's rule for insecure registries: HTTPS first, plain HTTP when TLS fails.
-        if (err instanceof NetworkError && err.kind === 'tls' && scheme === 'https' && schemes.length > 1) continue;
+        // Docker's rule for insecure registries: HTTPS first, plain HTTP when that fails (but not after a timeout: never wait twice).
+        if (err instanceof NetworkError && (err.kind === 'tls' || err.kind === 'network') && scheme === 'https' && schemes.length > 1) continue;
         throw this.networkError(err, this.name);
       }
     }
@@ -225,10 +225,12 @@ export class Registry {
   async resolveTag(repository: string, tag: string): Promise<string> {
     const what = `${repository}:${tag}`;
     const head = await this.request(repository, 'HEAD', `/v2/${repository}/manifests/${encodeURIComponent(tag)}`, { Accept: MANIFEST_ACCEPT }, MAX_MANIFEST_BYTES);
-    this.check(head, what);
-    const digest = head.headers['docker-content-digest'];
-    if (typeof digest === 'string' && DIGEST_PATTERN.test(digest)) return digest;
-    // No digest header: fetch the manifest and hash it.
+    if (head.status !== 405 && head.status !== 501) {
+      this.check(head, what);
+      const digest = head.headers['docker-content-digest'];
+      if (typeof digest === 'string' && DIGEST_PATTERN.test(digest)) return digest;
+    }
+    // No HEAD, or no digest header: fetch the manifest and hash it.
     const get = await this.request(repository, 'GET', `/v2/${repository}/manifests/${encodeURIComponent(tag)}`, { Accept: MANIFEST_ACCEPT }, MAX_MANIFEST_BYTES);
     this.check(get, what);
     return digestOf(get.body, 'sha256');

@@ -48,7 +48,8 @@ export class Credentials {
   constructor(
     private readonly env: Env,
     private readonly path: string,
-    private readonly helperTimeoutMs: number,
+    /** How long a docker-credential-* helper may take (the request timeout, capped by what is left of the budget). */
+    private readonly helperTimeoutMs: () => number,
   ) {}
 
   private async load(): Promise<void> {
@@ -124,10 +125,11 @@ export class Credentials {
         resolve(result);
       };
       const child = spawn(program, ['get'], { env: { ...this.env } as NodeJS.ProcessEnv, stdio: ['pipe', 'pipe', 'pipe'] });
+      const timeoutMs = Math.max(1, this.helperTimeoutMs());
       const timer = setTimeout(() => {
         child.kill('SIGKILL');
-        finish({ none: `${program} did not answer within ${this.helperTimeoutMs / 1000} s` });
-      }, this.helperTimeoutMs);
+        finish({ none: `${program} did not answer within ${Math.round(timeoutMs / 100) / 10} s` });
+      }, timeoutMs);
       child.stdout.on('data', (d: Buffer) => (out += d.toString('utf8')));
       child.stderr.on('data', (d: Buffer) => (err += d.toString('utf8')));
       child.stdin.on('error', () => {});

@@ -190,6 +190,7 @@ export async function lookupImageStarts(images: readonly string[], options: Regi
     }
   }
   const requestTimeoutMs = Math.max(1, options.requestTimeoutMs);
+  const deadline = Date.now() + Math.max(1, options.totalTimeoutMs);
   const run: Run = {
     options,
     want,
@@ -201,10 +202,10 @@ export async function lookupImageStarts(images: readonly string[], options: Regi
       env: options.env,
       requestTimeoutMs,
       totalTimeoutMs: options.totalTimeoutMs,
-      deadline: Date.now() + Math.max(1, options.totalTimeoutMs),
+      deadline,
       insecureRegistries: options.insecureRegistries ?? [],
       ...(ca ? { ca } : {}),
-      credentials: new Credentials(options.env, dockerConfigPath(options.env, homedir), requestTimeoutMs),
+      credentials: new Credentials(options.env, dockerConfigPath(options.env, homedir), () => Math.min(requestTimeoutMs, deadline - Date.now())),
     },
   };
   const queue = [...unique];
