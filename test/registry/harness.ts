@@ -378,15 +378,34 @@ export async function startReverseProxy(target: number, options: { corrupt?: (me
 
 export interface ConnectProxy {
   url: string;
+  /** host:port of each CONNECT tunnel asked for. */
   connects: string[];
+  /** Absolute-form requests (plain HTTP through the proxy): METHOD URL. */
+  forwarded: string[];
   close(): Promise<void>;
 }
 
-/** An HTTP CONNECT proxy; `*.test` hosts resolve to 127.0.0.1 (there is no DNS for them). */
+/** An HTTP proxy (CONNECT, and absolute-form for plain HTTP); `*.test` hosts resolve to 127.0.0.1 (there is no DNS for them). */
 export async function startConnectProxy(): Promise<ConnectProxy> {
   const connects: string[] = [];
+  const forwarded: string[] = [];
   const sockets = new Set<net.Socket>();
-  const server = http.createServer((_req, res) => res.writeHead(405).end());
+  const server = http.createServer((req, res) => {
+    forwarded.push(`${req.method} ${req.url}`);
+    let target: URL;
+    try {
+      target = new URL(req.url ?? '');
+    } catch {
+      res.writeHead(400).end();
+      return;
+    }
+    const upstream = http.request({ host: target.hostname.endsWith('.test') ? '127.0.0.1' : target.hostname, port: target.port || 80, method: req.method, path: `${target.pathname}${target.search}`, headers: req.headers }, (up) => {
+      res.writeHead(up.statusCode ?? 502, up.headers);
+      up.pipe(res);
+    });
+    upstream.on('error', () => res.writeHead(502).end());
+    req.pipe(upstream);
+  });
   server.on('connect', (req: http.IncomingMessage, client: net.Socket, head: Buffer) => {
     connects.push(req.url ?? '');
     sockets.add(client);
@@ -405,6 +424,7 @@ export async function startConnectProxy(): Promise<ConnectProxy> {
   return {
     url: `http://127.0.0.1:${port}`,
     connects,
+    forwarded,
     close: () =>
       new Promise<void>((resolve) => {
         for (const s of sockets) s.destroy();

@@ -371,6 +371,22 @@ describe('HTTPS through a proxy (CONNECT), NO_PROXY', () => {
     }
   });
 
+  it('a plain-HTTP registry listed as insecure: HTTPS tried first, then HTTP through HTTP_PROXY (absolute-form)', async () => {
+    const proxy = await h.startConnectProxy();
+    try {
+      const host = `plain.test:${basic.port}`;
+      const got = await answer(`${host}/test/single:v1`, options({ insecureRegistries: [host] }, { HTTPS_PROXY: proxy.url, HTTP_PROXY: proxy.url, DOCKER_CONFIG: dockerConfig(basicAuth(host)) }));
+      expect(got.entrypoint).toEqual(['vllm', 'serve']);
+      expect(proxy.connects).toEqual([host]); // the HTTPS attempt, refused by a plain-HTTP server
+      expect(proxy.forwarded[0]).toBe(`HEAD http://${host}/v2/test/single/manifests/v1`);
+      // Not listed as insecure: HTTPS only, so it fails.
+      const error = await failure(`${host}/test/single:v1`, options({}, { HTTPS_PROXY: proxy.url, HTTP_PROXY: proxy.url }));
+      expect(error).toMatch(/^plain\.test:\d+: TLS failed/);
+    } finally {
+      await proxy.close();
+    }
+  });
+
   it('NO_PROXY (suffix, host:port, *) and loopback registries go direct', async () => {
     const proxy = await h.startConnectProxy();
     try {
