@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # The one command that runs every test on a fresh machine (CI runs it through
-# .ci/run): installs the Debian packages the tests execute (real shells,
-# shellcheck, unzip, hyperfine; docker-registry, skopeo and openssl for the
-# registry lookup tests), the npm dependencies and the real helm
-# binaries, builds the bundle, type-checks, then runs vitest.
+# .ci/run): installs the Debian packages the tests execute (real shells, the
+# linters and tools: shellcheck, unzip, hyperfine; docker-registry, skopeo and
+# openssl for the registry lookup tests), the npm dependencies and the real
+# helm binaries, builds the bundle, type-checks, then runs vitest.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
