@@ -167,7 +167,8 @@ export class Registry {
     res = await this.send(method, path, { ...headers, Authorization: authorization }, maxBytes);
     if (res.status === 401 || res.status === 403) {
       const detail = registryErrors(res);
-      throw new LookupError(`${this.name}: ${statusLine(res.status)} for ${repository} (${credential ? `credentials from ${credential.source} were refused` : lookup.none})${detail ? `: ${detail}` : ''}`);
+      const why = credential ? `credentials from ${credential.source} were refused` : `${lookup.none}; a repository that does not exist gets the same answer`;
+      throw new LookupError(`${this.name}: ${statusLine(res.status)} for ${repository} (${why})${detail ? `: ${detail}` : ''}`);
     }
     return res;
   }

@@ -138,25 +138,34 @@ async function lookupOne(image: string, run: Run): Promise<ImageStartAnswer | Lo
       return answer(await fetchAndStore(ref.digest), ref.digest, 'registry', nowIso);
     }
     const tag = ref.tag ?? 'latest';
+    // The last answer for this tag: the tag file is written only once its digest's start is cached.
+    const last = await cache.readTag(ref.registry, ref.repository, tag);
+    const lastStart = last && startFor(await cache.readConfig(last.digest), wantText);
+    const stale = (err: LookupError, moved?: string): ImageStartAnswer | LookupFailure => {
+      if (!last || !lastStart) return { image, error: `${err.message} (and no earlier answer for this tag is cached)` };
+      warnings.push(`${err.message}; ${moved ? `the tag now points at ${moved}, which could not be read, so ` : ''}using the answer cached ${age(last.checkedAt, run.now())} ago (${last.checkedAt}, ${last.digest}), which may be out of date`);
+      return answer(lastStart, last.digest, 'stale-cache', last.checkedAt);
+    };
     let digest: string;
     try {
       digest = await registry.resolveTag(ref.repository, tag);
     } catch (err) {
-      if (err instanceof LookupError && err.unreachable) {
-        const last = await cache.readTag(ref.registry, ref.repository, tag);
-        const cached = last && startFor(await cache.readConfig(last.digest), wantText);
-        if (last && cached) {
-          warnings.push(`${err.message}; using the answer cached ${age(last.checkedAt, run.now())} ago (${last.checkedAt}, ${last.digest}), which may be out of date`);
-          return answer(cached, last.digest, 'stale-cache', last.checkedAt);
-        }
-        return { image, error: `${err.message} (and no earlier answer for this tag is cached)` };
-      }
+      if (err instanceof LookupError && err.unreachable) return stale(err);
       throw err;
     }
+    let start = startFor(await cache.readConfig(digest), wantText);
+    const source = start ? 'cache' : 'registry';
+    if (!start) {
+      try {
+        start = await fetchAndStore(digest);
+      } catch (err) {
+        // HEAD is free on Docker Hub, GET is not: a pull-limit 429 can come only now.
+        if (err instanceof LookupError && err.unreachable) return stale(err, last?.digest !== digest ? digest : undefined);
+        throw err;
+      }
+    }
     await cache.writeTag(ref.registry, ref.repository, tag, { digest, checkedAt: nowIso });
-    const cached = startFor(await cache.readConfig(digest), wantText);
-    if (cached) return answer(cached, digest, 'cache', nowIso);
-    return answer(await fetchAndStore(digest), digest, 'registry', nowIso);
+    return answer(start, digest, source, nowIso);
   } catch (err) {
     return { image, error: err instanceof LookupError ? err.message : `lookup failed: ${(err as Error).message ?? String(err)}` };
   }

@@ -342,12 +342,20 @@ export interface ReverseProxy {
   close(): Promise<void>;
 }
 
-/** A reverse proxy in front of a registry that records each request; `corrupt` flips a byte of matching answers. */
-export async function startReverseProxy(target: number, options: { corrupt?: (method: string, path: string) => boolean } = {}): Promise<ReverseProxy> {
+/**
+ * A reverse proxy in front of a registry that records each request;
+ * `corrupt` flips a byte of matching answers, `rateLimit` answers 429 instead.
+ */
+export async function startReverseProxy(target: number, options: { corrupt?: (method: string, path: string) => boolean; rateLimit?: (method: string, path: string) => boolean } = {}): Promise<ReverseProxy> {
   const requests: ReverseProxy['requests'] = [];
   const sockets = new Set<net.Socket>();
   const server = http.createServer((req, res) => {
     requests.push({ method: req.method!, path: req.url! });
+    if (options.rateLimit?.(req.method!, req.url!)) {
+      req.resume();
+      res.writeHead(429, { 'Retry-After': '3600' }).end();
+      return;
+    }
     const upstream = http.request({ host: '127.0.0.1', port: target, method: req.method, path: req.url, headers: req.headers }, (up) => {
       const chunks: Buffer[] = [];
       up.on('data', (d: Buffer) => chunks.push(d));
