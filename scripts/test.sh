@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # The one command that runs every test on a fresh machine (CI runs it through
-# .ci/run): installs the Debian packages the tests execute (real shells,
-# shellcheck, unzip, hyperfine), the npm dependencies and the real helm
-# binaries, builds the bundle, type-checks, then runs vitest.
+# .ci/run): installs the Debian packages the tests execute (real shells, the
+# linters and tools: shellcheck, unzip, hyperfine; docker-registry, skopeo and
+# openssl for the registry lookup tests), the npm dependencies and the real
+# helm binaries, builds the bundle, type-checks, then runs vitest.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 # command -> Debian package that provides it
-packages=(dash:dash busybox:busybox shellcheck:shellcheck unzip:unzip unshare:util-linux hyperfine:hyperfine)
+packages=(dash:dash busybox:busybox shellcheck:shellcheck unzip:unzip unshare:util-linux hyperfine:hyperfine docker-registry:docker-registry skopeo:skopeo openssl:openssl)
 missing=()
 for entry in "${packages[@]}"; do
   command -v "${entry%%:*}" >/dev/null 2>&1 || missing+=("${entry#*:}")
