@@ -9,6 +9,8 @@ main(process.argv.slice(2), {
   env: process.env,
   readFile: (path) => readFileSync(path, 'utf8'),
   writeFile: (path, text) => writeFileSync(path, text),
+  // Loaded only when a lookup is needed: most runs never pay for the registry client.
+  lookupImageStarts: (images, options) => import('./registry/index.js').then((registry) => registry.lookupImageStarts(images, options)),
 }).then(
   (code) => {
     process.exitCode = code;

@@ -20,7 +20,8 @@ import {
 } from './config.js';
 import { PreflightError } from './errors.js';
 import { renderExplanation } from './explain.js';
-import type { RegistryAnswers } from './start.js';
+import { renderReport } from './report.js';
+import type { ImageStartAnswer, LookupFailure, RegistryOptions } from './registry/index.js';
 import { transform, type TransformResult } from './transform.js';
 import { VERSION } from './version.js';
 
@@ -32,14 +33,30 @@ export interface CliIO {
   readFile(path: string): string;
   writeFile(path: string, text: string): void;
   /** Reads image starts from registries (src/registry); absent: no lookups. */
-  lookupImageStarts?(images: readonly string[], options: Options): Promise<RegistryAnswers>;
+  lookupImageStarts?(images: readonly string[], options: RegistryOptions): Promise<Map<string, ImageStartAnswer | LookupFailure>>;
+}
+
+/** The registry client's options from ours. */
+export function registryOptions(options: Options, env: CliIO['env']): RegistryOptions {
+  const requestTimeoutMs = Math.round(options.registryTimeoutSeconds * 1000);
+  return {
+    platform: options.registryPlatform,
+    cacheDir: options.cacheDir,
+    requestTimeoutMs,
+    // Every image together: a lookup never holds helm (or Argo CD's 60 s deadline) for long.
+    totalTimeoutMs: Math.max(15_000, 3 * requestTimeoutMs),
+    insecureRegistries: options.registryInsecure,
+    caFile: options.registryCaFile,
+    env,
+  };
 }
 
 const HELP = `vram-preflight ${VERSION}: make vLLM containers wait for GPU memory before they start
 
 Usage:
   vram-preflight [options] < rendered.yaml > wrapped.yaml
-  vram-preflight explain [options] < rendered.yaml
+  vram-preflight explain [--output text|json] [options] < rendered.yaml
+  vram-preflight resolve [options] IMAGE...     print config images entries read from the registry
   helm install NAME CHART --post-renderer vram-preflight [--post-renderer-args --timeout-seconds=600]
 
 Rewrites every container that starts vLLM on an NVIDIA GPU so that it waits
@@ -53,6 +70,7 @@ ${[
 ]
   .map((o) => `  ${`${o.flag} VALUE`.padEnd(36)}${o.help}\n  ${''.padEnd(36)}env ${o.env}`)
   .join('\n')}
+  --output text|json                  explain's format (json: src/report.schema.json)
   -h, --help                          show this help
   -v, --version                       print the version
 
@@ -66,22 +84,32 @@ Docs: docs/ in the package (detection, configuration, errors, operations).
 `;
 
 interface ParsedArgs {
-  command: 'transform' | 'explain' | 'help' | 'version';
+  command: 'transform' | 'explain' | 'resolve' | 'help' | 'version';
   flags: { flag: string; value: string }[];
   configPath?: string;
+  output: 'text' | 'json';
+  /** `resolve`'s images. */
+  images: string[];
 }
 
+const OUTPUT_FLAG = '--output';
+
 function parseArgs(argv: readonly string[]): ParsedArgs {
-  const parsed: ParsedArgs = { command: 'transform', flags: [] };
+  const parsed: ParsedArgs = { command: 'transform', flags: [], output: 'text', images: [] };
+  let outputGiven = false;
   for (let i = 0; i < argv.length; i++) {
     const arg = argv[i]!;
     if (arg === '-h' || arg === '--help') return { ...parsed, command: 'help' };
     if (arg === '-v' || arg === '--version') return { ...parsed, command: 'version' };
-    if (arg === 'explain' && i === 0) {
-      parsed.command = 'explain';
+    if ((arg === 'explain' || arg === 'resolve') && i === 0) {
+      parsed.command = arg;
       continue;
     }
     if (!arg.startsWith('--')) {
+      if (parsed.command === 'resolve') {
+        parsed.images.push(arg);
+        continue;
+      }
       throw new PreflightError('USAGE', `unexpected argument "${arg}"`, { fix: 'vram-preflight reads the manifests on stdin; see --help' });
     }
     const eq = arg.indexOf('=');
@@ -91,10 +119,16 @@ function parseArgs(argv: readonly string[]): ParsedArgs {
     else if (i + 1 < argv.length) value = argv[++i]!;
     else throw new PreflightError('USAGE', `option ${flag} needs a value`, { fix: 'see vram-preflight --help' });
     if (flag === CONFIG_FLAG) parsed.configPath = value;
-    else if (!SCALAR_OPTIONS.some((o) => o.flag === flag)) {
+    else if (flag === OUTPUT_FLAG) {
+      if (value !== 'text' && value !== 'json') throw new PreflightError('USAGE', `${OUTPUT_FLAG} is "${value}"`, { fix: `use ${OUTPUT_FLAG} text or ${OUTPUT_FLAG} json` });
+      parsed.output = value;
+      outputGiven = true;
+    } else if (!SCALAR_OPTIONS.some((o) => o.flag === flag)) {
       throw new PreflightError('USAGE', `unknown option ${flag}`, { fix: `valid options: ${[CONFIG_FLAG, ...SCALAR_OPTIONS.map((o) => o.flag)].join(', ')}` });
     } else parsed.flags.push({ flag, value });
   }
+  if (outputGiven && parsed.command !== 'explain') throw new PreflightError('USAGE', `${OUTPUT_FLAG} belongs to explain`, { fix: 'vram-preflight explain --output json < rendered.yaml' });
+  if (parsed.command === 'resolve' && parsed.images.length === 0) throw new PreflightError('USAGE', 'resolve needs at least one image', { fix: 'vram-preflight resolve lmcache/vllm-openai:nightly-2026-08-18-cu129' });
   return parsed;
 }
 
@@ -147,6 +181,33 @@ function diagnosticsFileIn(argv: readonly string[]): string | undefined {
   return found || undefined;
 }
 
+/** The JSON report, when asked for, on every run (ok or not): CI gates on it. */
+function writeReportFile(io: CliIO, options: Options, result: TransformResult): void {
+  if (options.reportFile === undefined) return;
+  try {
+    io.writeFile(options.reportFile, renderReport(result, options));
+  } catch (error) {
+    throw new PreflightError('IO', `cannot write the report file ${options.reportFile}: ${(error as NodeJS.ErrnoException).code ?? (error as Error).message}`);
+  }
+}
+
+/** `vram-preflight resolve IMAGE...`: config entries that pin what the registries say, for air-gapped CI. */
+async function resolveImages(images: readonly string[], options: Options, io: CliIO, diagnosticsFile: string | undefined): Promise<number> {
+  if (!io.lookupImageStarts) throw new PreflightError('IO', 'registry lookups are not available in this build');
+  const answers = await io.lookupImageStarts(images, registryOptions(options, io.env));
+  const failures = [...answers.values()].filter((a): a is LookupFailure => 'error' in a);
+  const found = [...answers.values()].filter((a): a is ImageStartAnswer => !('error' in a));
+  const warnings = [...new Set(found.flatMap((a) => (a.warning ? [`warning: ${a.image}: ${a.warning}`] : [])))];
+  if (failures.length) {
+    report(io, diagnosticsFile, [...failures.map((f) => `error IO: image "${f.image}": ${f.error}`), ...warnings]);
+    return 1;
+  }
+  report(io, diagnosticsFile, warnings);
+  const { renderImageEntries } = await import('./registry/index.js');
+  io.stdout.write(renderImageEntries(found));
+  return 0;
+}
+
 /**
  * The transform, and once more with registry answers when it found images
  * only their registry can place (the lookup is I/O, so it stays out here).
@@ -154,7 +215,7 @@ function diagnosticsFileIn(argv: readonly string[]): string | undefined {
 async function transformWithLookups(input: string, options: Options, io: CliIO): Promise<TransformResult> {
   const first = transform(input, options);
   if (first.wantedImages.length === 0 || options.registryLookup === 'never' || !io.lookupImageStarts) return first;
-  const answers = await io.lookupImageStarts(first.wantedImages, options);
+  const answers = await io.lookupImageStarts(first.wantedImages, registryOptions(options, io.env));
   return transform(input, options, { registry: answers });
 }
 
@@ -181,14 +242,17 @@ export async function main(argv: readonly string[], io: CliIO): Promise<number> 
     return 2;
   }
   try {
+    if (args.command === 'resolve') return await resolveImages(args.images, options, io, diagnosticsFile);
     const input = await readAll(io.stdin);
     const result = await transformWithLookups(input, options, io);
+    writeReportFile(io, options, result);
+    const warnings = [...new Set(result.warnings)].map((w) => `warning: ${w}`);
     if (args.command === 'explain') {
       if (result.errors.some((e) => e.code === 'YAML_SYNTAX' || e.code === 'BAD_ENCODING')) {
         report(io, diagnosticsFile, result.errors.map((e) => e.format()));
         return 1;
       }
-      const explanation = renderExplanation(result, options);
+      const explanation = args.output === 'json' ? renderReport(result, options) : renderExplanation(result, options);
       // An explanation that ends in an error is a failed run: nothing on stdout, as for the transform.
       if (result.errors.length) {
         io.stderr.write(explanation);
@@ -197,7 +261,6 @@ export async function main(argv: readonly string[], io: CliIO): Promise<number> 
       io.stdout.write(explanation);
       return 0;
     }
-    const warnings = result.warnings.map((w) => `warning: ${w}`);
     if (result.errors.length) {
       const count = result.errors.length > 1 ? [`${result.errors.length} errors; nothing was written to stdout`] : [];
       report(io, diagnosticsFile, [...result.errors.map((e) => e.format()), ...count, ...warnings]);

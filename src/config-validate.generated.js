@@ -3,7 +3,7 @@
 "use strict";
 export const validate = validate10;
 export default validate10;
-const schema11 = {"$schema":"http://json-schema.org/draft-07/schema#","$id":"https://github.com/vram-preflight/vram-preflight/config.schema.json","title":"vram-preflight configuration","description":"Options for vram-preflight. Every option can also be given as a flag (--timeout-seconds) or an environment variable (VRAM_PREFLIGHT_TIMEOUT_SECONDS); flags win over environment variables, which win over this file.","type":"object","additionalProperties":false,"properties":{"$schema":{"type":"string"},"timeoutSeconds":{"description":"How long the preflight waits for GPU memory before it fails the container, in seconds. Keep it above the slowest VRAM reclaim you have seen (about 40 s in the original incident) and below the container's startupProbe budget.","type":"integer","minimum":1,"maximum":86400,"default":300},"pollIntervalSeconds":{"description":"Seconds between nvidia-smi queries while waiting (0.01 to 60, at most 3 decimals).","type":"number","minimum":0.01,"maximum":60,"default":1},"logIntervalSeconds":{"description":"Seconds between progress lines while waiting.","type":"integer","minimum":1,"maximum":3600,"default":10},"headroomMiB":{"description":"MiB each GPU must have free on top of ceil(total x gpu-memory-utilization).","type":"integer","minimum":0,"maximum":1048576,"default":0},"defaultUtilization":{"description":"The utilization assumed when a container gives no --gpu-memory-utilization. vLLM's own default is 0.9 (0.92 in the newest releases); the lower value never makes the wait stricter than vLLM.","type":"number","exclusiveMinimum":0,"maximum":1,"default":0.9},"onNvidiaSmiUnavailable":{"description":"What the preflight does when nvidia-smi is missing, fails, or prints something that is not a number: warn and start vLLM anyway (what happens without vram-preflight), or fail the container.","enum":["warn","fail"],"default":"warn"},"containerNames":{"description":"Only containers whose name matches one of these patterns (`*` matches any run of characters) are considered. Empty or absent: every container.","type":"array","items":{"type":"string","minLength":1},"default":[]},"images":{"description":"Starts (ENTRYPOINT and CMD) of images that the built-in table cannot place. Entries here win over the table. Each entry either states the start (entrypoint, and cmd for containers without args) or borrows a table row with like: (a mirror or rebuild of a known image). `vram-preflight resolve IMAGE...` prints entries read from the registry.","type":"array","items":{"type":"object","additionalProperties":false,"required":["repository"],"properties":{"repository":{"description":"Repository path, with or without registry (e.g. registry.example.com/ml/vllm-custom).","type":"string","minLength":1},"tag":{"description":"Tag pattern (`*` matches any run of characters). Default: every tag.","type":"string","minLength":1,"default":"*"},"entrypoint":{"description":"The image's ENTRYPOINT, as a list.","type":"array","items":{"type":"string"},"minItems":1},"cmd":{"description":"The image's CMD, as a list ([] when it has none). Needed only for containers that give no args.","type":"array","items":{"type":"string"}},"digest":{"description":"Only the image pinned by this manifest digest (sha256:...), as `resolve` writes for digest-pinned images.","type":"string","pattern":"^sha256:[0-9a-f]{64}$"},"like":{"description":"Borrow the tag ranges of this built-in table repository (e.g. vllm/vllm-openai) for a mirror or rebuild under another name.","type":"string","minLength":1}},"oneOf":[{"required":["entrypoint"],"not":{"required":["like"]}},{"required":["like"],"not":{"anyOf":[{"required":["entrypoint"]},{"required":["cmd"]}]}}]},"default":[]},"diagnosticsFile":{"description":"A file that receives every warning and error of a run (Helm 4 discards a post-renderer's stderr). Overwritten on each run.","type":"string","minLength":1},"registryLookup":{"description":"When to read an image's ENTRYPOINT/CMD from its registry: missing (only what the config and the table cannot place), never (hermetic builds: refuse instead), always (the registry first).","enum":["missing","never","always"],"default":"missing"},"registryPlatform":{"description":"Platform whose image is read from a multi-platform index: os/architecture[/variant].","type":"string","pattern":"^[a-z0-9]+/[a-z0-9_]+(/[a-z0-9]+)?$","default":"linux/amd64"},"registryTimeoutSeconds":{"description":"Timeout of one registry request, in seconds; a lookup never holds helm for long.","type":"number","exclusiveMinimum":0,"maximum":60,"default":5},"cacheDir":{"description":"Directory for cached registry answers (default $XDG_CACHE_HOME/vram-preflight, else ~/.cache/vram-preflight). Unwritable: a warning, never a failure.","type":"string","minLength":1}}};
+const schema11 = {"$schema":"http://json-schema.org/draft-07/schema#","$id":"https://github.com/vram-preflight/vram-preflight/config.schema.json","title":"vram-preflight configuration","description":"Options for vram-preflight. Every option can also be given as a flag (--timeout-seconds) or an environment variable (VRAM_PREFLIGHT_TIMEOUT_SECONDS); flags win over environment variables, which win over this file.","type":"object","additionalProperties":false,"properties":{"$schema":{"type":"string"},"timeoutSeconds":{"description":"How long the preflight waits for GPU memory before it fails the container, in seconds. Keep it above the slowest VRAM reclaim you have seen (about 40 s in the original incident) and below the container's startupProbe budget.","type":"integer","minimum":1,"maximum":86400,"default":300},"pollIntervalSeconds":{"description":"Seconds between nvidia-smi queries while waiting (0.01 to 60, at most 3 decimals).","type":"number","minimum":0.01,"maximum":60,"default":1},"logIntervalSeconds":{"description":"Seconds between progress lines while waiting.","type":"integer","minimum":1,"maximum":3600,"default":10},"headroomMiB":{"description":"MiB each GPU must have free on top of ceil(total x gpu-memory-utilization).","type":"integer","minimum":0,"maximum":1048576,"default":0},"defaultUtilization":{"description":"The utilization assumed when a container gives no --gpu-memory-utilization. vLLM's own default is 0.9 (0.92 in the newest releases); the lower value never makes the wait stricter than vLLM.","type":"number","exclusiveMinimum":0,"maximum":1,"default":0.9},"onNvidiaSmiUnavailable":{"description":"What the preflight does when nvidia-smi is missing, fails, or prints something that is not a number: warn and start vLLM anyway (what happens without vram-preflight), or fail the container.","enum":["warn","fail"],"default":"warn"},"containerNames":{"description":"Only containers whose name matches one of these patterns (`*` matches any run of characters) are considered. Empty or absent: every container.","type":"array","items":{"type":"string","minLength":1},"default":[]},"images":{"description":"Starts (ENTRYPOINT and CMD) of images that the built-in table cannot place. Entries here win over the table. Each entry either states the start (entrypoint, and cmd for containers without args) or borrows a table row with like: (a mirror or rebuild of a known image). `vram-preflight resolve IMAGE...` prints entries read from the registry.","type":"array","items":{"type":"object","additionalProperties":false,"required":["repository"],"properties":{"repository":{"description":"Repository path, with or without registry (e.g. registry.example.com/ml/vllm-custom).","type":"string","minLength":1},"tag":{"description":"Tag pattern (`*` matches any run of characters). Default: every tag.","type":"string","minLength":1,"default":"*"},"entrypoint":{"description":"The image's ENTRYPOINT, as a list ([] when it has none: a container's first args item is then the program).","type":"array","items":{"type":"string"},"minItems":0},"cmd":{"description":"The image's CMD, as a list ([] when it has none). Needed only for containers that give no args.","type":"array","items":{"type":"string"}},"digest":{"description":"Only the image pinned by this manifest digest (sha256:...), as `resolve` writes for digest-pinned images.","type":"string","pattern":"^sha256:[0-9a-f]{64}$"},"like":{"description":"Borrow the tag ranges of this built-in table repository (e.g. vllm/vllm-openai) for a mirror or rebuild under another name.","type":"string","minLength":1}},"oneOf":[{"required":["entrypoint"],"not":{"required":["like"]}},{"required":["like"],"not":{"anyOf":[{"required":["entrypoint"]},{"required":["cmd"]}]}}]},"default":[]},"diagnosticsFile":{"description":"A file that receives every warning and error of a run (Helm 4 discards a post-renderer's stderr). Overwritten on each run.","type":"string","minLength":1},"registryLookup":{"description":"When to read an image's ENTRYPOINT/CMD from its registry: missing (only what the config and the table cannot place), never (hermetic builds: refuse instead), always (the registry first).","enum":["missing","never","always"],"default":"missing"},"registryPlatform":{"description":"Platform whose image is read from a multi-platform index: os/architecture[/variant].","type":"string","pattern":"^[a-z0-9]+/[a-z0-9_]+(/[a-z0-9]+)?$","default":"linux/amd64"},"registryTimeoutSeconds":{"description":"Timeout of one registry request, in seconds; a lookup never holds helm for long.","type":"number","exclusiveMinimum":0,"maximum":60,"default":5},"cacheDir":{"description":"Directory for cached registry answers (default $XDG_CACHE_HOME/vram-preflight, else ~/.cache/vram-preflight). Unwritable: a warning, never a failure.","type":"string","minLength":1},"registryInsecure":{"description":"Registries (host or host:port) that may be reached over plain HTTP or with unverified TLS, as Docker's insecure-registries. Loopback registries always may.","type":"array","items":{"type":"string","minLength":1},"default":[]},"registryCaFile":{"description":"A PEM file of extra CA certificates trusted for registries (NODE_EXTRA_CA_CERTS works too).","type":"string","minLength":1},"reportFile":{"description":"A file that receives the JSON report of every run (ok or not), as `explain --output json` prints it (schema: report.schema.json). Overwritten on each run.","type":"string","minLength":1}}};
 const func2 = Object.prototype.hasOwnProperty;
 const pattern0 = new RegExp("^sha256:[0-9a-f]{64}$", "u");
 const pattern1 = new RegExp("^[a-z0-9]+/[a-z0-9_]+(/[a-z0-9]+)?$", "u");
@@ -532,8 +532,8 @@ errors++;
 if(data10.entrypoint !== undefined){
 let data13 = data10.entrypoint;
 if(Array.isArray(data13)){
-if(data13.length < 1){
-const err36 = {instancePath:instancePath+"/images/" + i1+"/entrypoint",schemaPath:"#/properties/images/items/properties/entrypoint/minItems",keyword:"minItems",params:{limit: 1},message:"must NOT have fewer than 1 items"};
+if(data13.length < 0){
+const err36 = {instancePath:instancePath+"/images/" + i1+"/entrypoint",schemaPath:"#/properties/images/items/properties/entrypoint/minItems",keyword:"minItems",params:{limit: 0},message:"must NOT have fewer than 0 items"};
 if(vErrors === null){
 vErrors = [err36];
 }
@@ -792,14 +792,105 @@ vErrors.push(err56);
 errors++;
 }
 }
-}
-else {
-const err57 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(data.registryInsecure !== undefined){
+let data24 = data.registryInsecure;
+if(Array.isArray(data24)){
+const len4 = data24.length;
+for(let i4=0; i4<len4; i4++){
+let data25 = data24[i4];
+if(typeof data25 === "string"){
+if(data25.length < 1){
+const err57 = {instancePath:instancePath+"/registryInsecure/" + i4,schemaPath:"#/properties/registryInsecure/items/minLength",keyword:"minLength",params:{limit: 1},message:"must NOT have fewer than 1 characters"};
 if(vErrors === null){
 vErrors = [err57];
 }
 else {
 vErrors.push(err57);
+}
+errors++;
+}
+}
+else {
+const err58 = {instancePath:instancePath+"/registryInsecure/" + i4,schemaPath:"#/properties/registryInsecure/items/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err58];
+}
+else {
+vErrors.push(err58);
+}
+errors++;
+}
+}
+}
+else {
+const err59 = {instancePath:instancePath+"/registryInsecure",schemaPath:"#/properties/registryInsecure/type",keyword:"type",params:{type: "array"},message:"must be array"};
+if(vErrors === null){
+vErrors = [err59];
+}
+else {
+vErrors.push(err59);
+}
+errors++;
+}
+}
+if(data.registryCaFile !== undefined){
+let data26 = data.registryCaFile;
+if(typeof data26 === "string"){
+if(data26.length < 1){
+const err60 = {instancePath:instancePath+"/registryCaFile",schemaPath:"#/properties/registryCaFile/minLength",keyword:"minLength",params:{limit: 1},message:"must NOT have fewer than 1 characters"};
+if(vErrors === null){
+vErrors = [err60];
+}
+else {
+vErrors.push(err60);
+}
+errors++;
+}
+}
+else {
+const err61 = {instancePath:instancePath+"/registryCaFile",schemaPath:"#/properties/registryCaFile/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err61];
+}
+else {
+vErrors.push(err61);
+}
+errors++;
+}
+}
+if(data.reportFile !== undefined){
+let data27 = data.reportFile;
+if(typeof data27 === "string"){
+if(data27.length < 1){
+const err62 = {instancePath:instancePath+"/reportFile",schemaPath:"#/properties/reportFile/minLength",keyword:"minLength",params:{limit: 1},message:"must NOT have fewer than 1 characters"};
+if(vErrors === null){
+vErrors = [err62];
+}
+else {
+vErrors.push(err62);
+}
+errors++;
+}
+}
+else {
+const err63 = {instancePath:instancePath+"/reportFile",schemaPath:"#/properties/reportFile/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err63];
+}
+else {
+vErrors.push(err63);
+}
+errors++;
+}
+}
+}
+else {
+const err64 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(vErrors === null){
+vErrors = [err64];
+}
+else {
+vErrors.push(err64);
 }
 errors++;
 }

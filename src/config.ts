@@ -32,6 +32,8 @@ export interface Options {
   containerNames: string[];
   images: ImageStart[];
   diagnosticsFile?: string;
+  /** Also write the JSON report (src/report.schema.json) to this file, on every run. */
+  reportFile?: string;
   /** Ask an image's registry for its start: only when nothing else places it, never, or first. */
   registryLookup: RegistryLookupMode;
   /** Which image of a multi-platform index runs on the nodes. */
@@ -39,6 +41,10 @@ export interface Options {
   registryTimeoutSeconds: number;
   /** Where registry answers are cached (default: $XDG_CACHE_HOME/vram-preflight). */
   cacheDir?: string;
+  /** Registries (host[:port]) reached over plain HTTP or unverified TLS; loopback always may. */
+  registryInsecure: string[];
+  /** Extra CA certificates (PEM) trusted for registries. */
+  registryCaFile?: string;
 }
 
 export const DEFAULT_OPTIONS: Readonly<Options> = Object.freeze({
@@ -53,6 +59,7 @@ export const DEFAULT_OPTIONS: Readonly<Options> = Object.freeze({
   registryLookup: 'missing',
   registryPlatform: 'linux/amd64',
   registryTimeoutSeconds: 5,
+  registryInsecure: [],
 });
 
 type Key = keyof Options;
@@ -68,9 +75,12 @@ export const SCALAR_OPTIONS: readonly { key: Key; flag: string; env: string; kin
   { key: 'onNvidiaSmiUnavailable', flag: '--on-nvidia-smi-unavailable', env: 'VRAM_PREFLIGHT_ON_NVIDIA_SMI_UNAVAILABLE', kind: 'text', help: 'warn|fail: when nvidia-smi is missing or unreadable (default warn)' },
   { key: 'containerNames', flag: '--container-name', env: 'VRAM_PREFLIGHT_CONTAINER_NAMES', kind: 'list', help: 'only consider containers matching this name pattern (repeatable; env: comma list)' },
   { key: 'diagnosticsFile', flag: '--diagnostics-file', env: 'VRAM_PREFLIGHT_DIAGNOSTICS_FILE', kind: 'text', help: 'also write warnings and errors to FILE (Helm 4 hides stderr)' },
+  { key: 'reportFile', flag: '--report-file', env: 'VRAM_PREFLIGHT_REPORT_FILE', kind: 'text', help: 'also write the JSON report of every run to FILE (schema: report.schema.json)' },
   { key: 'registryLookup', flag: '--registry-lookup', env: 'VRAM_PREFLIGHT_REGISTRY_LOOKUP', kind: 'text', help: 'missing|never|always: read image starts from registries (default missing: only what nothing else places)' },
   { key: 'registryPlatform', flag: '--registry-platform', env: 'VRAM_PREFLIGHT_REGISTRY_PLATFORM', kind: 'text', help: 'platform of multi-arch images, os/arch[/variant] (default linux/amd64)' },
   { key: 'registryTimeoutSeconds', flag: '--registry-timeout-seconds', env: 'VRAM_PREFLIGHT_REGISTRY_TIMEOUT_SECONDS', kind: 'number', help: 'per-request registry timeout (default 5)' },
+  { key: 'registryInsecure', flag: '--registry-insecure', env: 'VRAM_PREFLIGHT_REGISTRY_INSECURE', kind: 'list', help: 'registry host[:port] reached over plain HTTP or unverified TLS (repeatable; env: comma list)' },
+  { key: 'registryCaFile', flag: '--registry-ca-file', env: 'VRAM_PREFLIGHT_REGISTRY_CA_FILE', kind: 'text', help: 'extra CA certificates (PEM) trusted for registries' },
   { key: 'cacheDir', flag: '--cache-dir', env: 'VRAM_PREFLIGHT_CACHE_DIR', kind: 'text', help: 'registry answer cache (default $XDG_CACHE_HOME/vram-preflight)' },
 ];
 

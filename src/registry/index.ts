@@ -4,7 +4,7 @@
  *
  * Nothing runs at import time; Node's network modules load on the first lookup.
  */
-import { parseImage, type ImageReference } from '../images.js';
+import { parseImage, type ImageReference } from '../image-ref.js';
 import { DiskCache, defaultCacheDir, type CachedConfig, type ImageStart } from './cache.js';
 import { DIGEST_PATTERN, formatPlatform, LookupError, parsePlatform, Registry, type ClientContext, type Platform } from './client.js';
 import { Credentials, dockerConfigPath } from './credentials.js';

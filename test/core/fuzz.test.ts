@@ -112,7 +112,7 @@ function containersOf(text: string): { values: Plain[]; nodes: YAMLMap[] } {
   const [doc] = parseAllDocuments(text, READ) as ReturnType<typeof parseAllDocuments> & unknown[];
   const d = doc as import('yaml').Document;
   const value = d.toJS() as Plain;
-  const seq = (d.contents as YAMLMap).get('spec', true) as YAMLMap;
+  const seq = (d.contents as YAMLMap).get("spec", true) as unknown as YAMLMap;
   const list = seq.get('containers', true);
   return { values: ((value.spec as Plain).containers as Plain[]) ?? [], nodes: isSeq(list) ? (list.items.filter((n) => isMap(n)) as YAMLMap[]) : [] };
 }

@@ -1,0 +1,109 @@
+/**
+ * The registry lookup end to end, through the built bundle (bin → CLI →
+ * transform → src/registry) against a real docker-registry on 127.0.0.1:
+ * an image the table does not place (vllm-openai v0.12.0, in the releases
+ * where its ENTRYPOINT changed) is refused offline, wrapped once the registry
+ * answers, wrapped from the cache when the registry is gone, and pinned for
+ * air-gapped CI by `resolve`.
+ */
+import { mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
+import { parse } from 'yaml';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { buildBundle } from '../../scripts/build.mjs';
+import { run } from '../e2e/helpers.js';
+import * as h from './harness.js';
+
+h.requireTools();
+
+const root = mkdtempSync(path.join(tmpdir(), 'vram-preflight-registry-cli-'));
+const API_SERVER = ['python3', '-m', 'vllm.entrypoints.openai.api_server'];
+let registry: h.Registry;
+let bundle: string;
+let image: string;
+
+function manifest(ref: string): string {
+  return `apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: gap
+spec:
+  template:
+    spec:
+      containers:
+        - name: model
+          image: ${ref}
+          args: [--model, Qwen/Qwen3-8B, --gpu-memory-utilization, "0.9"]
+          resources:
+            limits:
+              nvidia.com/gpu: 1
+`;
+}
+
+const env = (cache: string) => ({ PATH: process.env.PATH, HOME: root, XDG_CACHE_HOME: cache });
+
+function cli(args: string[], input: string, cache: string) {
+  return run(process.execPath, [bundle, ...args], { input, env: env(cache) });
+}
+
+beforeAll(async () => {
+  bundle = (await buildBundle({ outfile: path.join(root, 'dist/vram-preflight.cjs'), quiet: true })).outfile;
+  registry = await h.startRegistry(path.join(root, 'registry'), path.join(root, 'storage'), { kind: 'none' });
+  const layout = h.writeOciLayout(path.join(root, 'oci'), [
+    { architecture: 'amd64', entrypoint: API_SERVER, cmd: null },
+    { architecture: 'arm64', variant: 'v8', entrypoint: ['vllm', 'serve'], cmd: null },
+  ], true);
+  image = `${registry.host}/vllm/vllm-openai:v0.12.0`;
+  await h.push(layout, image);
+}, 60_000);
+
+afterAll(async () => {
+  await registry?.stop();
+});
+
+describe('registry lookup through the CLI', () => {
+  const cache = path.join(root, 'cache');
+
+  it('refuses the uncertain tag with lookups off, naming what was tried', () => {
+    const r = cli(['--registry-lookup=never'], manifest(image), cache);
+    expect(r.status).toBe(1);
+    expect(r.stdout).toBe('');
+    expect(r.stderr).toContain('error UNKNOWN_START');
+    expect(r.stderr).toContain('v0.11.1-v0.14.0');
+    expect(r.stderr).toContain('not looked up (registryLookup: never)');
+  });
+
+  it('wraps it with the ENTRYPOINT the registry holds for linux/amd64, and explain names the digest', () => {
+    const r = cli([], manifest(image), cache);
+    expect(r.status, r.stderr).toBe(0);
+    const container = parse(r.stdout).spec.template.spec.containers[0];
+    expect(container.command).toEqual(['/bin/sh', '-ec']);
+    expect(container.args.slice(1)).toEqual(['--', ...API_SERVER, '--model', 'Qwen/Qwen3-8B', '--gpu-memory-utilization', '0.9']);
+    const report = JSON.parse(cli(['explain', '--output', 'json'], manifest(image), cache).stdout);
+    expect(report.containers[0].action).toBe('wrap');
+    expect(report.containers[0].start.source).toBe('registry');
+    expect(report.containers[0].start.digest).toMatch(/^sha256:[0-9a-f]{64}$/);
+    const arm = cli(['--registry-platform=linux/arm64'], manifest(image), cache);
+    expect(parse(arm.stdout).spec.template.spec.containers[0].args.slice(2, 4)).toEqual(['vllm', 'serve']);
+  });
+
+  it('uses the cached answer, with a warning, when the registry is gone; resolve pins it for air-gapped CI', async () => {
+    const pinned = cli(['resolve', image], '', cache);
+    expect(pinned.status, pinned.stderr).toBe(0);
+    expect(pinned.stdout).toContain('entrypoint: ["python3", "-m", "vllm.entrypoints.openai.api_server"]');
+    const config = path.join(root, 'pinned.yaml');
+    writeFileSync(config, pinned.stdout);
+    await registry.stop();
+    const stale = cli([], manifest(image), cache);
+    expect(stale.status, stale.stderr).toBe(0);
+    expect(stale.stderr).toMatch(/warning: .*cached/);
+    const airGapped = cli(['--registry-lookup=never', `--config=${config}`], manifest(image), path.join(root, 'empty-cache'));
+    expect(airGapped.status, airGapped.stderr).toBe(0);
+    expect(parse(airGapped.stdout).spec.template.spec.containers[0].args.slice(2, 5)).toEqual(API_SERVER);
+    const nothing = cli([], manifest(image), path.join(root, 'other-cache'));
+    expect(nothing.status).toBe(1);
+    expect(nothing.stderr).toContain('lookup failed');
+    expect(parse(readFileSync(config, 'utf8')).images[0]).toMatchObject({ repository: `${registry.host}/vllm/vllm-openai`, tag: 'v0.12.0', entrypoint: API_SERVER, cmd: [] });
+  }, 60_000);
+});
