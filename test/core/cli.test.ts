@@ -120,12 +120,13 @@ describe('CLI', () => {
     expect(run.stdout).toContain('not below the startupProbe budget of 1800s');
   });
 
-  it('explain shows would-be errors in the table and exits 1', async () => {
+  it('explain that ends in an error prints nothing on stdout: the table, with the would-be errors, goes to stderr, exit 1', async () => {
     const failing = realVllm.replace('lmcache/vllm-openai:v0.5.2', 'lmcache/vllm-openai@sha256:abc');
-    const run = await runCli(['explain'], failing);
+    const run = await runCli(['explain', '--registry-lookup=never'], failing);
     expect(run.code).toBe(1);
-    expect(run.stdout).toMatch(/model\s+lmcache\/vllm-openai@sha256:abc\s+error/);
-    expect(run.stdout).toContain('Errors (the post-renderer would fail)');
+    expect(run.stdout).toBe('');
+    expect(run.stderr).toMatch(/model\s+lmcache\/vllm-openai@sha256:abc\s+error/);
+    expect(run.stderr).toContain('Errors (the post-renderer would fail)');
   });
 
   it('an unexpected positional argument is a usage error', async () => {

@@ -29,6 +29,7 @@ const CRD_TEMPLATES: Record<string, string[][]> = {
     ['spec', 'leaderWorkerTemplate', 'leaderTemplate'],
     ['spec', 'leaderWorkerTemplate', 'workerTemplate'],
   ],
+  'orchestration.aibrix.ai/v1alpha1/StormService': [['spec', 'template', 'spec', 'roles', '0', 'template']],
 };
 
 const root = join(import.meta.dirname, '../../fixtures');
