@@ -20,7 +20,7 @@ import { applyEdits } from './rewrite.js';
 import type { RegistryAnswers, StartSources } from './start.js';
 import { LineIndex, lineEnding, splitStream, type Chunk } from './stream.js';
 import { formatPath, verifyEditedChunk, type IntendedStart } from './verify.js';
-import { findOperatorKind, findWorkloadKind, LIST_KIND, templatesOf, type FoundTemplate } from './workloads.js';
+import { findOperatorKind, findWorkloadKind, LIST_KIND, OPERATOR_KINDS, templatesOf, type FoundTemplate } from './workloads.js';
 import { effectiveGet, findDuplicateKeys, PARSE_OPTIONS, resolveAlias } from './yaml-nodes.js';
 
 export type { Action, ContainerReport } from './container.js';
@@ -52,7 +52,9 @@ function candidateTest(options: Options): (text: string) => boolean {
   const words = ['vllm', 'vram-preflight', 'llm-d', 'huggingfaceserver', ...KNOWN_IMAGES.map((i) => i.repository), ...options.images.map((i) => i.repository)];
   const mentions = new RegExp(words.map((w) => w.replace(/[\\^$.|?*+()[\]{}]/g, '\\$&')).join('|'), 'i');
   const containers = /containers['"]?\s*:/;
-  return (text) => (containers.test(text) || text.includes('\\')) && (mentions.test(text) || text.includes('\\'));
+  // Operator resources carry no `containers` key of their own (Dynamo, KubeAI), yet explain must name them.
+  const operatorKind = new RegExp(`^kind:[ \\t]*['"]?(${OPERATOR_KINDS.map((k) => k.kind).join('|')})\\b`, 'm');
+  return (text) => (containers.test(text) || text.includes('\\') || operatorKind.test(text)) && (mentions.test(text) || text.includes('\\'));
 }
 
 /** DRA claims can be defined anywhere in the stream (Helm sorts unknown kinds last): read them first. */

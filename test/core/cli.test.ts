@@ -129,6 +129,46 @@ describe('CLI', () => {
     expect(run.stderr).toContain('Errors (the post-renderer would fail)');
   });
 
+  it('explain names what it cannot wrap and why, the GPU signal seen, and a vLLM started in the background', async () => {
+    const fixture = (name: string) => readFileSync(join(import.meta.dirname, '../../fixtures/cases', name, 'input.yaml'), 'utf8');
+    const operators = await runCli(['explain'], fixture('operator-resources'));
+    expect(operators.code).toBe(0);
+    for (const kind of ['LLMInferenceService/qwen3-coder-tool-calling', 'DynamoGraphDeployment/vllm-agg', 'Model/llama-3-8b']) {
+      expect(operators.stdout).toMatch(new RegExp(`${kind}\\s+-\\s+-\\s+cannot-wrap\\s+.*mentions vLLM, cannot be wrapped here`));
+    }
+    expect(operators.stdout).toMatch(/StormService\/vllm-1p1d\s+prefill\s+\S+\s+wrap/);
+    expect(operators.stdout).toMatch(/InferenceService\/vllm-custom\s+kserve-container\s+\S+\s+wrap/);
+    const runtimeClass = await runCli(['explain'], fixture('gpu-runtimeclass-nvidia'));
+    expect(runtimeClass.stdout).toContain('GPU signal: runtimeClassName nvidia');
+    const ray = `apiVersion: ray.io/v1
+kind: RayCluster
+metadata:
+  name: ray
+spec:
+  headGroupSpec:
+    template:
+      spec:
+        containers:
+          - name: head
+            image: vllm/vllm-openai:v0.26.0
+            command: [bash, -c, "ray start --head; vllm serve m --gpu-memory-utilization 0.9 & sleep infinity"]
+            resources: {limits: {nvidia.com/gpu: 1}}
+  workerGroupSpecs:
+    - groupName: gpu
+      template:
+        spec:
+          containers:
+            - name: worker
+              image: vllm/vllm-openai:v0.26.0
+              command: [bash, -c, "ray start --address=ray-head:6379 --block"]
+              resources: {limits: {nvidia.com/gpu: 1}}
+`;
+    const background = await runCli(['explain'], ray);
+    expect(background.stdout).toMatch(/RayCluster\/ray\s+head\s+\S+\s+wrap/);
+    expect(background.stdout).toMatch(/RayCluster\/ray\s+worker\s+\S+\s+skip\s+.*its start runs bash, not vLLM/);
+    expect(background.stdout).toContain('starts vLLM in the background');
+  });
+
   it('an unexpected positional argument is a usage error', async () => {
     const run = await runCli(['chart.yaml'], realVllm);
     expect(run.code).toBe(2);
