@@ -108,7 +108,7 @@ function fromRow(row: KnownImage, via: string): ImageAnswer {
   return {
     entrypoint: row.entrypoint,
     cmd: row.cmd,
-    evidence: { source: 'table', detail: `${row.repository} (${row.confidence}: ${row.evidence})${via}` },
+    evidence: { source: 'table', detail: `${row.repository} (${row.confidence}: ${row.evidence}; ${row.link})${via}` },
     origin: `built-in table row ${row.repository}${via}`,
     warnings: [],
   };

@@ -11,8 +11,7 @@ import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { parse } from 'yaml';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { buildBundle } from '../../scripts/build.mjs';
-import { run } from '../e2e/helpers.js';
+import { run, runOk } from '../e2e/helpers.js';
 import * as h from './harness.js';
 
 h.requireTools();
@@ -48,7 +47,8 @@ function cli(args: string[], input: string, cache: string) {
 }
 
 beforeAll(async () => {
-  bundle = (await buildBundle({ outfile: path.join(root, 'dist/vram-preflight.cjs'), quiet: true })).outfile;
+  bundle = path.join(root, 'dist/vram-preflight.cjs');
+  runOk(process.execPath, [path.resolve(import.meta.dirname, '../../scripts/build.mjs'), '--outfile', bundle]);
   registry = await h.startRegistry(path.join(root, 'registry'), path.join(root, 'storage'), { kind: 'none' });
   const layout = h.writeOciLayout(path.join(root, 'oci'), [
     { architecture: 'amd64', entrypoint: API_SERVER, cmd: null },
