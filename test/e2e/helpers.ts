@@ -105,6 +105,7 @@ export interface Artifacts {
   bundle: string;
   /** dist/plugin/vram-preflight as built by scripts/package-plugin.mjs. */
   pluginDir: string;
+  /** vram-preflight-<version>.tgz: the plugin archive (unsigned; release.test.ts signs one). */
   pluginTgz: string;
 }
 
@@ -116,7 +117,7 @@ export function buildArtifacts(): Artifacts {
     dist,
     bundle: path.join(dist, 'vram-preflight.cjs'),
     pluginDir: path.join(dist, 'plugin/vram-preflight'),
-    pluginTgz: path.join(dist, `vram-preflight-plugin-${PACKAGE_VERSION}.tgz`),
+    pluginTgz: path.join(dist, `vram-preflight-${PACKAGE_VERSION}.tgz`),
   };
 }
 
