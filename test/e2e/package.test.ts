@@ -5,10 +5,9 @@
  */
 import { copyFileSync, mkdirSync, readdirSync, readFileSync, statSync } from 'node:fs';
 import path from 'node:path';
-import { gunzipSync } from 'node:zlib';
 import { parse } from 'yaml';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { buildArtifacts, ensureHelm, helm, helmEnv, helmOk, PACKAGE_VERSION, removeTempDirs, ROOT, run, tempDir, type Artifacts } from './helpers.js';
+import { buildArtifacts, ensureHelm, helm, helmEnv, helmOk, PACKAGE_VERSION, removeTempDirs, ROOT, run, tarEntries, tempDir, type Artifacts } from './helpers.js';
 
 let art: Artifacts;
 
@@ -18,22 +17,6 @@ beforeAll(() => {
 });
 
 afterAll(removeTempDirs);
-
-/** Entries of a .tgz: [type, name, mode]. */
-function tarEntries(tgz: string): Array<{ type: string; name: string; mode: number; size: number }> {
-  const tar = gunzipSync(readFileSync(tgz));
-  const out = [];
-  for (let at = 0; at + 512 <= tar.length; ) {
-    const h = tar.subarray(at, at + 512);
-    if (h.every((b) => b === 0)) break;
-    const name = h.toString('utf8', 0, 100).replace(/\0.*$/s, '');
-    const mode = parseInt(h.toString('ascii', 100, 108), 8);
-    const size = parseInt(h.toString('ascii', 124, 136), 8);
-    out.push({ type: String.fromCharCode(h[156]!), name, mode, size });
-    at += 512 + Math.ceil(size / 512) * 512;
-  }
-  return out;
-}
 
 describe('plugin.yaml', () => {
   const text = readFileSync(path.join(ROOT, 'plugin.yaml'), 'utf8');
