@@ -22,7 +22,8 @@
 //                                       --build-arg BUNDLE=prebuilt - < it
 //   SHA256SUMS                        sha256sum format, every file above
 //
-// Same commit, same bytes: every archive entry's mtime is SOURCE_DATE_EPOCH
+// Same commit (and the same Node.js/npm: the summary prints them), same
+// bytes: every archive entry's mtime is SOURCE_DATE_EPOCH
 // (default: the commit time of HEAD), owners and modes are fixed, entries
 // sorted, gzip headers carry no time; the npm tarball is npm's own (fixed
 // 1985 mtimes). The signature's creation time is part of the .prov: it is set
@@ -251,7 +252,9 @@ export async function release(opts) {
     const names = readdirSync(opts.out).sort();
     const sums = names.map((n) => `${sha256(readFileSync(path.join(opts.out, n)))}  ${n}\n`).join('');
     writeFileSync(path.join(opts.out, 'SHA256SUMS'), sums);
-    return { version, commit, dirty: Boolean(dirty), epoch, signTime, key, out: opts.out, files: [...names, 'SHA256SUMS'], sums, npmFiles: npm.files, argocdFiles: argo.files };
+    const npmVersion = spawnSync(process.platform === 'win32' ? 'npm.cmd' : 'npm', ['--version'], { encoding: 'utf8' }).stdout.trim();
+    const esbuildVersion = JSON.parse(readFileSync(path.join(root, 'node_modules/esbuild/package.json'), 'utf8')).version;
+    return { version, commit, dirty: Boolean(dirty), epoch, signTime, key, out: opts.out, files: [...names, 'SHA256SUMS'], sums, npmFiles: npm.files, argocdFiles: argo.files, npmVersion, esbuildVersion };
   } finally {
     rmSync(stage, { recursive: true, force: true });
   }
@@ -270,6 +273,8 @@ if (process.argv[1] && path.resolve(process.argv[1]) === fileURLToPath(import.me
       const out = process.stdout;
       out.write(`release: vram-preflight ${r.version} from ${r.commit}${r.dirty ? ' (UNCOMMITTED CHANGES: not for publishing)' : ''}\n`);
       out.write(`release: SOURCE_DATE_EPOCH=${r.epoch} (${new Date(r.epoch * 1000).toISOString()})\n`);
+      // The bytes depend on these too (zlib comes with Node.js; esbuild is pinned by package-lock.json).
+      out.write(`release: toolchain: node ${process.version} (zlib ${process.versions.zlib}), npm ${r.npmVersion}, esbuild ${r.esbuildVersion}\n`);
       if (r.key) out.write(`release: signed by ${r.key.uids.join(', ')} (fingerprint ${r.key.fingerprint}) at ${new Date(r.signTime * 1000).toISOString()}\n`);
       else out.write('release: NOT signed (--no-sign): Helm 4 refuses the archive without --verify=false\n');
       out.write(`release: ${path.relative(process.cwd(), r.out) || '.'}/\n`);
