@@ -200,6 +200,14 @@ describe('npm run release', () => {
     expect(npmBundle.mode & 0o111).toBe(0o111);
   });
 
+  it('the unpacked npm package is a Helm 4 plugin directory (what `helm plugin install "$(npm root -g)/vram-preflight"` sees)', () => {
+    const dir = tempDir('npm-unpacked');
+    runOk('tar', ['-xzf', path.join(out1, NPM_TGZ), '-C', dir]);
+    const env = helmEnv();
+    expect(helmOk(4, ['plugin', 'install', path.join(dir, 'package')], env)).toContain('Installed plugin: vram-preflight');
+    expect(wrappedCount(helmOk(4, ['template', 'zoo', CHART, '--post-renderer', 'vram-preflight'], env))).toBe(4);
+  });
+
   it('the Argo CD build context is deploy/argocd/ as committed plus the same bundle in dist/', () => {
     const entries = tarEntries(path.join(out1, ARGO_TGZ));
     const files = entries.filter((e) => e.type === '0');
