@@ -155,12 +155,12 @@ function signingKey(opts) {
   return { fingerprint, created, uids };
 }
 
-function sign(opts, message, provFile, signTime) {
+function sign(opts, fingerprint, message, provFile, signTime) {
   const work = mkdtempSync(path.join(tmpdir(), 'vram-preflight-sign-'));
   try {
     const msgFile = path.join(work, 'message');
     writeFileSync(msgFile, message);
-    const args = ['--local-user', opts.key, '--digest-algo', 'SHA512', '--faked-system-time', `${signTime}!`];
+    const args = ['--local-user', fingerprint, '--digest-algo', 'SHA512', '--faked-system-time', `${signTime}!`];
     if (opts.passphraseFile) args.push('--pinentry-mode', 'loopback', '--passphrase-file', opts.passphraseFile);
     args.push('--output', provFile, '--clearsign', msgFile);
     gpg(opts, args, 'signing the provenance file');
@@ -243,7 +243,7 @@ export async function release(opts) {
     if (opts.sign) {
       signTime = Math.max(epoch, key.created);
       const pluginYamlText = readFileSync(path.join(root, 'plugin.yaml'), 'utf8');
-      sign(opts, provenanceMessage(pluginYamlText, archiveName, readFileSync(archive)), `${archive}.prov`, signTime);
+      sign(opts, key.fingerprint, provenanceMessage(pluginYamlText, archiveName, readFileSync(archive)), `${archive}.prov`, signTime);
       writeFileSync(path.join(opts.out, `${PLUGIN_NAME}-release-key.gpg`), gpg(opts, ['--export', '--', key.fingerprint], 'exporting the public key'));
     }
     const npm = npmPack(stage, opts.out, version);
