@@ -1,37 +1,55 @@
 #!/usr/bin/env node
 // `npm run package`: builds the bundle, then lays out the Helm 4 plugin
 //
-//   dist/plugin/vram-preflight/
-//     plugin.yaml                 (the repository's plugin.yaml, unchanged)
-//     dist/vram-preflight.cjs     (the self-contained bundle, 0755; the same
-//                                  relative path as in the npm package and in
-//                                  a built checkout, so one plugin.yaml serves all)
-//     README.md, LICENSE
+//   <dist>/plugin/vram-preflight/
+//     plugin.yaml                    (the repository's plugin.yaml, unchanged)
+//     bin/node-version-guard.cjs     (the Node.js >= 20 check plugin.yaml loads first)
+//     dist/vram-preflight.cjs        (the self-contained bundle, 0755; the same
+//                                     relative path as in the npm package and in
+//                                     a built checkout, so one plugin.yaml serves all)
+//     README.md, LICENSE (when the repository has one)
 //
-// and archives it as dist/vram-preflight-plugin-<version>.tgz.
+// and archives it as <dist>/vram-preflight-<version>.tgz, laid out the way
+// `helm plugin package` (Helm 4.1.4) lays out its archives: file name
+// <plugin name>-<version>.tgz, every entry under one top directory named after
+// the plugin (`vram-preflight`, `vram-preflight/bin`, ...: directories without
+// a trailing slash, in lexical walk order), ustar headers, and a gzip header
+// of 1f8b 08 00 00000000 00 ff (no name, no time, OS "unknown"), which is what
+// Go's gzip writer emits. Helm's installer derives the directory it expects
+// inside the archive from the FILE NAME (dropping `.tgz` and `-<version>`),
+// and checks the provenance (.prov) against the file name too: keep the name.
 //
-// About the archive: `helm plugin install <file>.tgz` (Helm 4) derives the
-// directory it expects at the archive's root from the FILE NAME, by dropping
-// the extension and a trailing `-<version>`: vram-preflight-plugin-0.1.0.tgz
-// must contain vram-preflight-plugin/plugin.yaml. The root directory is
-// therefore named after the file, not after the plugin; Helm installs it as
-// $HELM_DATA_HOME/plugins/vram-preflight-plugin and still calls the plugin
-// `vram-preflight` (the name in plugin.yaml). Rename the file and the install
-// fails ("plugin.yaml not found in expected directory").
+// Unlike `helm plugin package`, the archive is reproducible: entries sorted,
+// owner root:root (uid/gid 0), modes 0755 for directories and executables and
+// 0644 otherwise, every mtime = SOURCE_DATE_EPOCH (default: the time of the
+// commit checked out, `git log -1 --format=%ct`; 0 outside git), gzip level 9.
 //
-// The archive is reproducible: entries sorted, owner root:root, mtime from
-// SOURCE_DATE_EPOCH (default 0), gzip header without a time stamp.
+// What the bundle build puts in dist/ and every package ships is listed in
+// DIST_FILES below, in one place (add a companion file of the bundle there).
 //
 //   node scripts/package-plugin.mjs               into dist/
 //   node scripts/package-plugin.mjs --dist DIR    into DIR (the e2e tests use temp dirs)
+import { execFileSync } from 'node:child_process';
 import { chmodSync, copyFileSync, existsSync, mkdirSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { gzipSync } from 'node:zlib';
 import { buildBundle } from './build.mjs';
 
-const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
-const PLUGIN_NAME = 'vram-preflight';
+export const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
+export const PLUGIN_NAME = 'vram-preflight';
+
+/**
+ * The files the bundle build leaves in <dist>/ that every artifact ships in
+ * its dist/ directory (Helm 4 plugin, npm package, Argo CD build context).
+ * THE one list: a companion of the bundle (e.g. a V8 code-cache file) is one
+ * more entry here.
+ */
+export const DIST_FILES = ['vram-preflight.cjs'];
+
+/** Repository files the plugin carries as they are (besides dist/ and the generated README). */
+export const PLUGIN_REPO_FILES = ['plugin.yaml', 'bin/node-version-guard.cjs'];
+
 // Strict semver 2.0.0 (Helm 4.1.4 checks plugin versions with Masterminds' StrictNewVersion).
 const SEMVER =
   /^(0|[1-9]\d*)\.(0|[1-9]\d*)\.(0|[1-9]\d*)(?:-((?:0|[1-9]\d*|\d*[a-zA-Z-][0-9a-zA-Z-]*)(?:\.(?:0|[1-9]\d*|\d*[a-zA-Z-][0-9a-zA-Z-]*))*))?(?:\+([0-9a-zA-Z-]+(?:\.[0-9a-zA-Z-]+)*))?$/;
@@ -42,17 +60,55 @@ export function pluginYamlField(text, key) {
   return m ? m[1] : undefined;
 }
 
+/**
+ * Every place that carries the release version, and what it says. They must
+ * agree: package.json, plugin.yaml, src/version.ts, the Argo CD plugin's
+ * spec.version (`v<version>`, in plugin.yaml and in the ConfigMap that embeds
+ * it) and the sidecar image tag in repo-server-patch.yaml.
+ */
+export function versionSites() {
+  const read = (rel) => readFileSync(path.join(root, rel), 'utf8');
+  const one = (rel, re, strip = (s) => s) => {
+    const m = re.exec(read(rel));
+    return m ? strip(m[1]) : undefined;
+  };
+  const unv = (s) => s.replace(/^v/, '');
+  return {
+    'package.json': JSON.parse(read('package.json')).version,
+    'plugin.yaml': pluginYamlField(read('plugin.yaml'), 'version'),
+    'src/version.ts': one('src/version.ts', /VERSION = '([^']+)'/),
+    'deploy/argocd/plugin.yaml spec.version': one('deploy/argocd/plugin.yaml', /^ {2}version:[ \t]*["']?(v[^"'\s]+)/m, unv),
+    'deploy/argocd/cmp-plugin-configmap.yaml spec.version': one('deploy/argocd/cmp-plugin-configmap.yaml', /^ {6}version:[ \t]*["']?(v[^"'\s]+)/m, unv),
+    'deploy/argocd/repo-server-patch.yaml image tag': one('deploy/argocd/repo-server-patch.yaml', /image:\s*\S*\/vram-preflight-cmp:([^\s"']+)/),
+  };
+}
+
 export function checkVersions() {
   const pkg = JSON.parse(readFileSync(path.join(root, 'package.json'), 'utf8'));
   const pluginYaml = readFileSync(path.join(root, 'plugin.yaml'), 'utf8');
   const problems = [];
   const name = pluginYamlField(pluginYaml, 'name');
-  const version = pluginYamlField(pluginYaml, 'version');
   if (name !== PLUGIN_NAME) problems.push(`plugin.yaml name is ${name}, expected ${PLUGIN_NAME}`);
-  if (version !== pkg.version) problems.push(`plugin.yaml version ${version} != package.json version ${pkg.version}`);
+  for (const [where, v] of Object.entries(versionSites())) {
+    if (v !== pkg.version) problems.push(`${where} says ${v ?? '(nothing)'}, package.json says ${pkg.version}`);
+  }
   if (!SEMVER.test(pkg.version)) problems.push(`version ${pkg.version} is not strict semver (Helm 4 refuses the plugin)`);
-  if (problems.length) throw new Error(problems.join('; '));
+  if (problems.length) throw new Error(`versions out of step: ${problems.join('; ')}`);
   return { version: pkg.version, pluginYaml };
+}
+
+/** SOURCE_DATE_EPOCH, else the commit time of HEAD, else 0. */
+export function sourceDateEpoch() {
+  if (process.env.SOURCE_DATE_EPOCH !== undefined && process.env.SOURCE_DATE_EPOCH !== '') {
+    const n = Number(process.env.SOURCE_DATE_EPOCH);
+    if (!Number.isInteger(n) || n < 0) throw new Error(`SOURCE_DATE_EPOCH=${process.env.SOURCE_DATE_EPOCH} is not a non-negative integer`);
+    return n;
+  }
+  try {
+    return Number(execFileSync('git', ['log', '-1', '--format=%ct'], { cwd: root, encoding: 'utf8', stdio: ['ignore', 'pipe', 'ignore'] }).trim()) || 0;
+  } catch {
+    return 0;
+  }
 }
 
 // ---- minimal reproducible ustar writer (directories and regular files only,
@@ -82,12 +138,15 @@ function tarHeader({ name, mode, size, mtime, type }) {
   return h;
 }
 
-/** entries: [{ name, dir?: true, data?: Buffer, mode }] in archive order. */
-export function makeTarGz(entries, mtime = Number(process.env.SOURCE_DATE_EPOCH ?? 0)) {
+/**
+ * entries: [{ name, dir?: true, data?: Buffer, mode }] in archive order.
+ * Directory names are written as given (Helm writes them without a trailing slash).
+ */
+export function makeTarGz(entries, mtime = sourceDateEpoch()) {
   const parts = [];
   for (const e of entries) {
     if (e.dir) {
-      parts.push(tarHeader({ name: e.name.endsWith('/') ? e.name : `${e.name}/`, mode: 0o755, size: 0, mtime, type: '5' }));
+      parts.push(tarHeader({ name: e.name, mode: 0o755, size: 0, mtime, type: '5' }));
     } else {
       parts.push(tarHeader({ name: e.name, mode: e.mode, size: e.data.length, mtime, type: '0' }));
       parts.push(e.data);
@@ -96,10 +155,18 @@ export function makeTarGz(entries, mtime = Number(process.env.SOURCE_DATE_EPOCH 
     }
   }
   parts.push(Buffer.alloc(1024, 0));
-  return gzipSync(Buffer.concat(parts), { level: 9 });
+  const gz = gzipSync(Buffer.concat(parts), { level: 9 });
+  // The header Go's gzip.Writer writes (and `helm plugin package` therefore):
+  // MTIME 0, XFL 0, OS 255. zlib writes XFL 2 for level 9 and OS 3; both are
+  // informational, the CRC covers the data only.
+  gz[4] = gz[5] = gz[6] = gz[7] = 0;
+  gz[8] = 0;
+  gz[9] = 0xff;
+  return gz;
 }
 
-function listTree(dir, prefix) {
+/** The tree under dir as tar entries named prefix/..., lexical order (like Go's filepath.Walk). */
+export function listTree(dir, prefix) {
   const out = [];
   for (const name of readdirSync(dir).sort()) {
     const full = path.join(dir, name);
@@ -125,10 +192,13 @@ for is free before vLLM starts; every other document passes through unchanged.
 
 Requires \`node\` (>= 20) on the PATH that helm runs with.
 
-    helm plugin install ./vram-preflight            # this directory (linked)
-    helm plugin install ./vram-preflight-plugin-${version}.tgz --verify=false
+    helm plugin install vram-preflight-${version}.tgz --keyring vram-preflight-release-key.gpg
     helm template my-release ./chart --post-renderer vram-preflight \\
       --post-renderer-args=--timeout-seconds=900
+
+Helm 4 verifies vram-preflight-${version}.tgz.prov (next to the archive, or at
+the archive's URL + ".prov") against the keyring before it installs anything.
+Keep the file name: the signature and the installer both use it.
 
 Helm 4 only. Keep it out of a plugins directory that Helm 3 reads (give Helm 4
 its own HELM_DATA_HOME); Helm 3 uses the npm package or the bundle
@@ -142,32 +212,43 @@ VRAM_PREFLIGHT_DIAGNOSTICS_FILE) to keep the reason.
 `;
 }
 
-export async function packagePlugin({ distDir = path.join(root, 'dist'), quiet = false } = {}) {
+/**
+ * Builds the bundle into distDir and lays out + archives the plugin there.
+ * Returns { version, dir, tgz, bundle, distFiles, epoch }.
+ */
+export async function packagePlugin({ distDir = path.join(root, 'dist'), quiet = false, epoch = sourceDateEpoch() } = {}) {
   distDir = path.resolve(distDir);
   const { version, pluginYaml } = checkVersions();
   const { outfile } = await buildBundle({ outfile: path.join(distDir, 'vram-preflight.cjs'), quiet });
+  const distFiles = DIST_FILES.map((f) => path.join(distDir, f));
+  for (const f of distFiles) if (!existsSync(f)) throw new Error(`the build left no ${path.relative(root, f)} (listed in DIST_FILES)`);
 
   const pluginRoot = path.join(distDir, 'plugin');
   const dir = path.join(pluginRoot, PLUGIN_NAME);
   rmSync(pluginRoot, { recursive: true, force: true });
   mkdirSync(path.join(dir, 'dist'), { recursive: true });
-  writeFileSync(path.join(dir, 'plugin.yaml'), pluginYaml);
-  copyFileSync(outfile, path.join(dir, 'dist/vram-preflight.cjs'));
-  chmodSync(path.join(dir, 'dist/vram-preflight.cjs'), 0o755);
+  for (const rel of PLUGIN_REPO_FILES) {
+    mkdirSync(path.dirname(path.join(dir, rel)), { recursive: true });
+    writeFileSync(path.join(dir, rel), rel === 'plugin.yaml' ? pluginYaml : readFileSync(path.join(root, rel)));
+  }
+  for (const f of distFiles) {
+    const to = path.join(dir, 'dist', path.basename(f));
+    copyFileSync(f, to);
+    chmodSync(to, statSync(f).mode & 0o111 ? 0o755 : 0o644);
+  }
   writeFileSync(path.join(dir, 'README.md'), pluginReadme(version));
   const license = path.join(root, 'LICENSE');
   if (existsSync(license)) copyFileSync(license, path.join(dir, 'LICENSE'));
 
-  const archiveBase = `${PLUGIN_NAME}-plugin`;
-  const tgz = path.join(distDir, `${archiveBase}-${version}.tgz`);
-  const entries = [{ name: archiveBase, dir: true }, ...listTree(dir, archiveBase)];
-  writeFileSync(tgz, makeTarGz(entries));
+  const tgz = path.join(distDir, `${PLUGIN_NAME}-${version}.tgz`);
+  const entries = [{ name: PLUGIN_NAME, dir: true }, ...listTree(dir, PLUGIN_NAME)];
+  writeFileSync(tgz, makeTarGz(entries, epoch));
   if (!quiet) {
-    process.stdout.write(`package: ${path.relative(root, dir)}/\n`);
+    process.stdout.write(`package: ${path.relative(process.cwd(), dir)}/\n`);
     for (const e of entries.slice(1)) process.stdout.write(`  ${e.dir ? 'd' : e.mode === 0o755 ? 'x' : '-'} ${e.name}\n`);
-    process.stdout.write(`package: ${path.relative(root, tgz)} ${(statSync(tgz).size / 1024).toFixed(1)} KiB\n`);
+    process.stdout.write(`package: ${path.relative(process.cwd(), tgz)} ${(statSync(tgz).size / 1024).toFixed(1)} KiB\n`);
   }
-  return { version, dir, tgz, bundle: outfile };
+  return { version, dir, tgz, bundle: outfile, distFiles, epoch };
 }
 
 if (process.argv[1] && path.resolve(process.argv[1]) === fileURLToPath(import.meta.url)) {

@@ -2,13 +2,14 @@
 # The one command that runs every test on a fresh machine (CI runs it through
 # .ci/run): installs the Debian packages the tests execute (real shells, the
 # linters and tools: shellcheck, unzip, hyperfine; docker-registry, skopeo and
-# openssl for the registry lookup tests), the npm dependencies and the real
-# helm binaries, builds the bundle, type-checks, then runs vitest.
+# openssl for the registry lookup tests; git and gpg for the release tests),
+# the npm dependencies and the real helm binaries, builds the bundle,
+# type-checks, then runs vitest.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 # command -> Debian package that provides it
-packages=(dash:dash busybox:busybox shellcheck:shellcheck unzip:unzip unshare:util-linux hyperfine:hyperfine docker-registry:docker-registry skopeo:skopeo openssl:openssl)
+packages=(dash:dash busybox:busybox shellcheck:shellcheck unzip:unzip unshare:util-linux hyperfine:hyperfine docker-registry:docker-registry skopeo:skopeo openssl:openssl git:git gpg:gpg gpg-agent:gpg-agent gpgconf:gpgconf)
 missing=()
 for entry in "${packages[@]}"; do
   command -v "${entry%%:*}" >/dev/null 2>&1 || missing+=("${entry#*:}")

@@ -10,6 +10,7 @@ import { copyFileSync, chmodSync, existsSync, mkdirSync, mkdtempSync, readFileSy
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { gunzipSync } from 'node:zlib';
 import { parseDocument } from 'yaml';
 
 export const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..');
@@ -105,6 +106,7 @@ export interface Artifacts {
   bundle: string;
   /** dist/plugin/vram-preflight as built by scripts/package-plugin.mjs. */
   pluginDir: string;
+  /** vram-preflight-<version>.tgz: the plugin archive (unsigned; release.test.ts signs one). */
   pluginTgz: string;
 }
 
@@ -116,7 +118,7 @@ export function buildArtifacts(): Artifacts {
     dist,
     bundle: path.join(dist, 'vram-preflight.cjs'),
     pluginDir: path.join(dist, 'plugin/vram-preflight'),
-    pluginTgz: path.join(dist, `vram-preflight-plugin-${PACKAGE_VERSION}.tgz`),
+    pluginTgz: path.join(dist, `vram-preflight-${PACKAGE_VERSION}.tgz`),
   };
 }
 
@@ -343,3 +345,30 @@ export const ZOO_WRAPPED: Readonly<Record<string, readonly ExpectedWrap[]>> = {
     { container: 'server', args: ['--model=meta-llama/Llama-3.1-8B-Instruct', '--port=8000', '--gpu-memory-utilization=0.85', '--max-model-len=8192'] },
   ],
 };
+
+/** The entries of a .tgz / .tar.gz (ustar), in archive order. */
+export function tarEntries(tgz: string): Array<{ type: string; name: string; mode: number; size: number; uid: number; gid: number; mtime: number; data: Buffer }> {
+  const tar = gunzipSync(readFileSync(tgz));
+  const out = [];
+  for (let at = 0; at + 512 <= tar.length; ) {
+    const h = tar.subarray(at, at + 512);
+    if (h.every((b) => b === 0)) break;
+    const name = h.toString('utf8', 0, 100).replace(/\0.*$/s, '');
+    const mode = parseInt(h.toString('ascii', 100, 108), 8);
+    const size = parseInt(h.toString('ascii', 124, 136), 8);
+    const num = (from: number, to: number) => parseInt(h.toString('ascii', from, to), 8);
+    const prefix = h.toString('utf8', 345, 500).replace(/\0.*$/s, '');
+    out.push({
+      type: String.fromCharCode(h[156]!),
+      name: prefix ? `${prefix}/${name}` : name,
+      mode,
+      size,
+      uid: num(108, 116),
+      gid: num(116, 124),
+      mtime: num(136, 148),
+      data: tar.subarray(at + 512, at + 512 + size),
+    });
+    at += 512 + Math.ceil(size / 512) * 512;
+  }
+  return out;
+}

@@ -5,10 +5,9 @@
  */
 import { copyFileSync, mkdirSync, readdirSync, readFileSync, statSync } from 'node:fs';
 import path from 'node:path';
-import { gunzipSync } from 'node:zlib';
 import { parse } from 'yaml';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { buildArtifacts, ensureHelm, helm, helmEnv, helmOk, PACKAGE_VERSION, removeTempDirs, ROOT, run, tempDir, type Artifacts } from './helpers.js';
+import { buildArtifacts, ensureHelm, helm, helmEnv, helmOk, PACKAGE_VERSION, removeTempDirs, ROOT, run, tarEntries, tempDir, type Artifacts } from './helpers.js';
 
 let art: Artifacts;
 
@@ -18,22 +17,6 @@ beforeAll(() => {
 });
 
 afterAll(removeTempDirs);
-
-/** Entries of a .tgz: [type, name, mode]. */
-function tarEntries(tgz: string): Array<{ type: string; name: string; mode: number; size: number }> {
-  const tar = gunzipSync(readFileSync(tgz));
-  const out = [];
-  for (let at = 0; at + 512 <= tar.length; ) {
-    const h = tar.subarray(at, at + 512);
-    if (h.every((b) => b === 0)) break;
-    const name = h.toString('utf8', 0, 100).replace(/\0.*$/s, '');
-    const mode = parseInt(h.toString('ascii', 100, 108), 8);
-    const size = parseInt(h.toString('ascii', 124, 136), 8);
-    out.push({ type: String.fromCharCode(h[156]!), name, mode, size });
-    at += 512 + Math.ceil(size / 512) * 512;
-  }
-  return out;
-}
 
 describe('plugin.yaml', () => {
   const text = readFileSync(path.join(ROOT, 'plugin.yaml'), 'utf8');
@@ -53,7 +36,9 @@ describe('plugin.yaml', () => {
     const rc = meta.runtimeConfig as { platformCommand: Array<Record<string, unknown>> };
     expect(Object.keys(rc).filter((k) => !['platformCommand', 'platformHooks', 'protocolCommands'].includes(k))).toEqual([]);
     for (const pc of rc.platformCommand) expect(Object.keys(pc).filter((k) => !['os', 'arch', 'command', 'args'].includes(k))).toEqual([]);
-    expect(rc.platformCommand).toEqual([{ command: 'node', args: ['${HELM_PLUGIN_DIR}/dist/vram-preflight.cjs'] }]);
+    expect(rc.platformCommand).toEqual([
+      { command: 'node', args: ['-r', '${HELM_PLUGIN_DIR}/bin/node-version-guard.cjs', '${HELM_PLUGIN_DIR}/dist/vram-preflight.cjs'] },
+    ]);
   });
 });
 
@@ -92,21 +77,25 @@ describe('bundle', () => {
 });
 
 describe('packaged plugin', () => {
-  it('dist/plugin/vram-preflight holds plugin.yaml (unchanged), the bundle in dist/, README', () => {
-    expect(readdirSync(art.pluginDir).sort()).toEqual(expect.arrayContaining(['README.md', 'dist', 'plugin.yaml']));
+  it('dist/plugin/vram-preflight holds plugin.yaml (unchanged), the Node.js check in bin/, the bundle in dist/, README', () => {
+    expect(readdirSync(art.pluginDir).sort()).toEqual(expect.arrayContaining(['README.md', 'bin', 'dist', 'plugin.yaml']));
+    expect(readFileSync(path.join(art.pluginDir, 'bin/node-version-guard.cjs'), 'utf8')).toBe(readFileSync(path.join(ROOT, 'bin/node-version-guard.cjs'), 'utf8'));
     expect(readFileSync(path.join(art.pluginDir, 'plugin.yaml'), 'utf8')).toBe(readFileSync(path.join(ROOT, 'plugin.yaml'), 'utf8'));
     const bin = path.join(art.pluginDir, 'dist/vram-preflight.cjs');
     expect(readFileSync(bin).equals(readFileSync(art.bundle))).toBe(true);
     expect(statSync(bin).mode & 0o755).toBe(0o755);
   });
 
-  it('the .tgz has the root directory Helm derives from its file name, plain files and dirs only', () => {
-    expect(path.basename(art.pluginTgz)).toBe(`vram-preflight-plugin-${PACKAGE_VERSION}.tgz`);
+  it('the .tgz is named and laid out like `helm plugin package` output: <name>-<version>.tgz, all under <name>/, plain files and dirs only', () => {
+    expect(path.basename(art.pluginTgz)).toBe(`vram-preflight-${PACKAGE_VERSION}.tgz`);
     const entries = tarEntries(art.pluginTgz);
-    expect(entries.every((e) => e.name.startsWith('vram-preflight-plugin/'))).toBe(true);
+    expect(entries[0]).toMatchObject({ type: '5', name: 'vram-preflight' });
+    expect(entries.every((e) => e.name === 'vram-preflight' || e.name.startsWith('vram-preflight/'))).toBe(true);
     expect(entries.every((e) => e.type === '0' || e.type === '5')).toBe(true);
-    expect(entries.map((e) => e.name)).toEqual(expect.arrayContaining(['vram-preflight-plugin/plugin.yaml', 'vram-preflight-plugin/dist/vram-preflight.cjs']));
-    expect(entries.find((e) => e.name.endsWith('.cjs'))!.mode).toBe(0o755);
+    expect(entries.map((e) => e.name)).toEqual(
+      expect.arrayContaining(['vram-preflight/plugin.yaml', 'vram-preflight/bin/node-version-guard.cjs', 'vram-preflight/dist/vram-preflight.cjs']),
+    );
+    expect(entries.find((e) => e.name === 'vram-preflight/dist/vram-preflight.cjs')!.mode).toBe(0o755);
   });
 
   it('is reproducible: packaging again gives the same bytes', () => {
@@ -129,12 +118,14 @@ describe('packaged plugin', () => {
 
   it('the npm package layout (package.json "files") is itself a Helm 4 plugin directory', () => {
     const pkg = JSON.parse(readFileSync(path.join(ROOT, 'package.json'), 'utf8')) as { files: string[]; bin: Record<string, string> };
-    expect(pkg.files).toEqual(expect.arrayContaining(['plugin.yaml', 'dist/vram-preflight.cjs']));
+    expect(pkg.files).toEqual(expect.arrayContaining(['plugin.yaml', 'bin/node-version-guard.cjs', 'dist/vram-preflight.cjs']));
     expect(pkg.bin['vram-preflight']).toBe('dist/vram-preflight.cjs');
-    // What `npm install -g` puts in $(npm root -g)/vram-preflight, reduced to the two files that matter here.
+    // What `npm install -g` puts in $(npm root -g)/vram-preflight, reduced to the three files that matter here.
     const installed = path.join(tempDir('npm-root'), 'vram-preflight');
     mkdirSync(path.join(installed, 'dist'), { recursive: true });
+    mkdirSync(path.join(installed, 'bin'), { recursive: true });
     copyFileSync(path.join(ROOT, 'plugin.yaml'), path.join(installed, 'plugin.yaml'));
+    copyFileSync(path.join(ROOT, 'bin/node-version-guard.cjs'), path.join(installed, 'bin/node-version-guard.cjs'));
     copyFileSync(art.bundle, path.join(installed, 'dist/vram-preflight.cjs'));
     const env = helmEnv();
     helmOk(4, ['plugin', 'install', installed], env);

@@ -1,0 +1,290 @@
+#!/usr/bin/env node
+// `npm run release -- --key <gpg key id>`: everything a release publishes,
+// from a clean checkout (run `npm ci` first), into dist/release/:
+//
+//   vram-preflight-<v>.tgz            Helm 4 plugin archive, laid out the way
+//                                     `helm plugin package` lays it out
+//                                     (scripts/package-plugin.mjs)
+//   vram-preflight-<v>.tgz.prov       its provenance: the clear-signed YAML
+//                                     `helm plugin package --sign` writes
+//                                     (plugin metadata, `...`, files: {name: sha256:…}),
+//                                     signed by gpg with SHA-512
+//   vram-preflight-release-key.gpg    the signing key's public key, binary
+//                                     (`gpg --export`): the format Helm's
+//                                     --keyring reads (armored keys are refused)
+//   vram-preflight-npm-<v>.tgz        `npm pack` of the package (renamed: npm
+//                                     would call it vram-preflight-<v>.tgz, the
+//                                     name Helm needs for the plugin archive)
+//   vram-preflight-argocd-cmp-<v>.tar.gz
+//                                     the Argo CD sidecar build context:
+//                                     deploy/argocd/ + dist/ (the same bundle);
+//                                     docker build -f deploy/argocd/Dockerfile
+//                                       --build-arg BUNDLE=prebuilt - < it
+//   SHA256SUMS                        sha256sum format, every file above
+//
+// Same commit (and the same Node.js/npm: the summary prints them), same
+// bytes: every archive entry's mtime is SOURCE_DATE_EPOCH
+// (default: the commit time of HEAD), owners and modes are fixed, entries
+// sorted, gzip headers carry no time; the npm tarball is npm's own (fixed
+// 1985 mtimes). The signature's creation time is part of the .prov: it is set
+// (gpg --faked-system-time) to SOURCE_DATE_EPOCH, or to the signing key's
+// creation time when the key is younger than the commit (gpg cannot sign
+// before a key existed). EdDSA (ed25519) and RSA signatures are deterministic,
+// so the .prov is byte-identical too; a DSA/ECDSA key signs with a random
+// nonce and gives a different (equally valid) .prov each run.
+//
+// Options:
+//   --key ID               gpg key (fingerprint, key id or user id) to sign with (required unless --no-sign)
+//   --homedir DIR          gpg home directory (default: $GNUPGHOME or ~/.gnupg)
+//   --passphrase-file F    the key's passphrase (default: gpg-agent asks; none for an unprotected key)
+//   --out DIR              where to write (default: dist/release; emptied first)
+//   --allow-dirty          release a checkout with uncommitted changes (not for publishing)
+//   --no-sign              skip the .prov and the key (Helm 4 then refuses the archive without --verify=false)
+import { execFileSync, spawnSync } from 'node:child_process';
+import { createHash } from 'node:crypto';
+import { copyFileSync, cpSync, existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, renameSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { parse as parseYaml, stringify as stringifyYaml } from 'yaml';
+import { DIST_FILES, listTree, makeTarGz, packagePlugin, PLUGIN_NAME, root, sourceDateEpoch } from './package-plugin.mjs';
+
+class UsageError extends Error {}
+
+export function parseArgs(argv) {
+  const opts = { key: undefined, homedir: undefined, passphraseFile: undefined, out: path.join(root, 'dist/release'), allowDirty: false, sign: true };
+  const takes = { '--key': 'key', '--homedir': 'homedir', '--passphrase-file': 'passphraseFile', '--out': 'out' };
+  for (let i = 0; i < argv.length; i++) {
+    const a = argv[i];
+    const eq = a.indexOf('=');
+    const name = eq > 0 ? a.slice(0, eq) : a;
+    if (name in takes) {
+      const v = eq > 0 ? a.slice(eq + 1) : argv[++i];
+      if (v === undefined || v === '') throw new UsageError(`${name} needs a value`);
+      opts[takes[name]] = v;
+    } else if (a === '--allow-dirty') opts.allowDirty = true;
+    else if (a === '--no-sign') opts.sign = false;
+    else throw new UsageError(`unknown argument ${a}`);
+  }
+  if (opts.sign && !opts.key) throw new UsageError('--key <gpg key id> is required (or --no-sign for a trial run)');
+  opts.out = path.resolve(opts.out);
+  return opts;
+}
+
+function git(args) {
+  return execFileSync('git', args, { cwd: root, encoding: 'utf8', stdio: ['ignore', 'pipe', 'pipe'] }).trim();
+}
+
+const sha256 = (buf) => createHash('sha256').update(buf).digest('hex');
+
+// ---------------------------------------------------------------------------
+// The provenance file, as `helm plugin package --sign` writes it
+// (helm/helm v4.1.4 internal/plugin/sign.go + pkg/provenance/sign.go):
+// yaml.Marshal(plugin metadata) + "\n...\n" + yaml.Marshal({files: {<archive name>: "sha256:<hex>"}}),
+// clear-signed with SHA-512. Helm's verification reads only the files part
+// (and the signature); the metadata is written the way Helm writes it: the
+// Go struct field names, keys sorted, as sigs.k8s.io/yaml prints them.
+
+function goPlatformCommands(list) {
+  if (list === undefined || list === null) return null;
+  return list.map((c) => ({
+    Architecture: c.arch ?? '',
+    Args: c.args ?? null,
+    Command: c.command ?? '',
+    OperatingSystem: c.os ?? '',
+  }));
+}
+
+/** plugin.yaml (apiVersion v1, subprocess runtime) as Helm 4 marshals its Metadata into a .prov. */
+export function helmProvenanceMetadata(pluginYamlText) {
+  const m = parseYaml(pluginYamlText);
+  if (m.apiVersion !== 'v1' || m.runtime !== 'subprocess') throw new Error('plugin.yaml: only apiVersion v1 with the subprocess runtime is supported here');
+  const rc = m.runtimeConfig ?? {};
+  const hooks = rc.platformHooks ? Object.fromEntries(Object.entries(rc.platformHooks).map(([k, v]) => [k, goPlatformCommands(v)])) : null;
+  const meta = {
+    APIVersion: m.apiVersion,
+    Config: m.config ?? {},
+    Name: m.name,
+    Runtime: m.runtime,
+    RuntimeConfig: {
+      PlatformCommand: goPlatformCommands(rc.platformCommand),
+      PlatformHooks: hooks,
+      ProtocolCommands: goPlatformCommands(rc.protocolCommands),
+    },
+    SourceURL: m.sourceURL ?? '',
+    Type: m.type,
+    Version: String(m.version),
+  };
+  return stringifyYaml(meta, { sortMapEntries: true, indentSeq: false, lineWidth: 0, nullStr: 'null' });
+}
+
+export function provenanceMessage(pluginYamlText, archiveName, archiveData) {
+  return `${helmProvenanceMetadata(pluginYamlText)}\n...\nfiles:\n  ${archiveName}: sha256:${sha256(archiveData)}\n`;
+}
+
+function gpgBase(opts) {
+  const args = ['--batch', '--no-tty', '--yes'];
+  if (opts.homedir) args.push('--homedir', opts.homedir);
+  return args;
+}
+
+function gpg(opts, args, what) {
+  const r = spawnSync('gpg', [...gpgBase(opts), ...args], { encoding: 'buffer', maxBuffer: 64 * 1024 * 1024 });
+  if (r.error) throw new Error(`${what}: cannot run gpg (${r.error.message}); install GnuPG`);
+  if (r.status !== 0) throw new Error(`${what}: gpg exited ${r.status}:\n${r.stderr.toString('utf8').trim()}`);
+  return r.stdout;
+}
+
+/** Fingerprint, user ids and the newest creation time of the secret key and its signing subkeys. */
+function signingKey(opts) {
+  const lines = gpg(opts, ['--with-colons', '--fixed-list-mode', '--list-secret-keys', '--', opts.key], `the key ${opts.key}`).toString('utf8').split('\n');
+  const primaries = lines.filter((l) => l.startsWith('sec:'));
+  if (primaries.length !== 1) throw new Error(`--key ${opts.key} matches ${primaries.length} secret keys; give a fingerprint`);
+  let fingerprint;
+  let created = 0;
+  const uids = [];
+  let inKey = '';
+  for (const l of lines) {
+    const f = l.split(':');
+    if (f[0] === 'sec' || f[0] === 'ssb') {
+      inKey = f[0];
+      if (f[0] === 'sec' || /s/.test(f[11] ?? '')) created = Math.max(created, Number(f[5]) || 0);
+    } else if (f[0] === 'fpr' && inKey === 'sec' && !fingerprint) fingerprint = f[9];
+    else if (f[0] === 'uid') uids.push(f[9]);
+  }
+  return { fingerprint, created, uids };
+}
+
+function sign(opts, fingerprint, message, provFile, signTime) {
+  const work = mkdtempSync(path.join(tmpdir(), 'vram-preflight-sign-'));
+  try {
+    const msgFile = path.join(work, 'message');
+    writeFileSync(msgFile, message);
+    const args = ['--local-user', fingerprint, '--digest-algo', 'SHA512', '--faked-system-time', `${signTime}!`];
+    if (opts.passphraseFile) args.push('--pinentry-mode', 'loopback', '--passphrase-file', opts.passphraseFile);
+    args.push('--output', provFile, '--clearsign', msgFile);
+    gpg(opts, args, 'signing the provenance file');
+  } finally {
+    rmSync(work, { recursive: true, force: true });
+  }
+  // The same check Helm makes, with gpg: the signature is good and by this key.
+  const r = spawnSync('gpg', [...gpgBase(opts), '--status-fd', '1', '--verify', provFile], { encoding: 'utf8' });
+  if (r.status !== 0 || !/^\[GNUPG:\] VALIDSIG /m.test(r.stdout)) throw new Error(`gpg cannot verify the .prov it just wrote:\n${r.stderr}`);
+}
+
+// ---------------------------------------------------------------------------
+
+function npmPack(stageDir, destDir, version) {
+  const pkg = JSON.parse(readFileSync(path.join(root, 'package.json'), 'utf8'));
+  const pkgDir = path.join(stageDir, 'npm');
+  mkdirSync(pkgDir, { recursive: true });
+  copyFileSync(path.join(root, 'package.json'), path.join(pkgDir, 'package.json'));
+  // "files" from the repository, except the bundle and its companions, which come from this build.
+  const distPaths = new Set(DIST_FILES.map((f) => `dist/${f}`));
+  for (const entry of pkg.files) {
+    if (distPaths.has(entry) || entry === 'dist') continue;
+    const from = path.join(root, entry);
+    if (!existsSync(from)) throw new Error(`package.json "files" lists ${entry}, which is not in the checkout`);
+    cpSync(from, path.join(pkgDir, entry), { recursive: true });
+  }
+  mkdirSync(path.join(pkgDir, 'dist'), { recursive: true });
+  for (const f of DIST_FILES) cpSync(path.join(stageDir, 'dist', f), path.join(pkgDir, 'dist', f));
+  for (const f of DIST_FILES) {
+    if (!pkg.files.includes(`dist/${f}`) && !pkg.files.includes('dist')) throw new Error(`package.json "files" must list dist/${f} (DIST_FILES)`);
+  }
+  const npm = process.platform === 'win32' ? 'npm.cmd' : 'npm';
+  const r = spawnSync(npm, ['pack', '--ignore-scripts', '--json', '--pack-destination', stageDir], {
+    cwd: pkgDir,
+    encoding: 'utf8',
+    env: { ...process.env, npm_config_loglevel: 'error', npm_config_update_notifier: 'false', npm_config_fund: 'false', npm_config_audit: 'false' },
+  });
+  if (r.status !== 0) throw new Error(`npm pack failed:\n${r.stderr}`);
+  const [info] = JSON.parse(r.stdout);
+  const to = path.join(destDir, `${PLUGIN_NAME}-npm-${version}.tgz`);
+  renameSync(path.join(stageDir, info.filename), to);
+  return { file: to, files: info.files.map((f) => f.path).sort() };
+}
+
+/** deploy/argocd/ (as committed) + dist/ from this build, at the root of a .tar.gz: a docker build context. */
+function argocdContext(stageDir, destDir, version, epoch) {
+  const dir = path.join(root, 'deploy/argocd');
+  const entries = [{ name: 'deploy', dir: true }, { name: 'deploy/argocd', dir: true }, ...listTree(dir, 'deploy/argocd'), { name: 'dist', dir: true }];
+  for (const f of [...DIST_FILES].sort()) {
+    const full = path.join(stageDir, 'dist', f);
+    entries.push({ name: `dist/${f}`, data: readFileSync(full), mode: statSync(full).mode & 0o111 ? 0o755 : 0o644 });
+  }
+  const file = path.join(destDir, `${PLUGIN_NAME}-argocd-cmp-${version}.tar.gz`);
+  writeFileSync(file, makeTarGz(entries, epoch));
+  return { file, files: entries.filter((e) => !e.dir).map((e) => e.name) };
+}
+
+export async function release(opts) {
+  const commit = git(['rev-parse', 'HEAD']);
+  const dirty = git(['status', '--porcelain', '--untracked-files=normal']);
+  if (dirty && !opts.allowDirty) {
+    throw new UsageError(`the checkout has uncommitted changes; a release is made from a clean checkout of one commit:\n${dirty}`);
+  }
+  const epoch = sourceDateEpoch();
+  const key = opts.sign ? signingKey(opts) : undefined;
+  if (opts.sign && !key.fingerprint) throw new Error(`no fingerprint found for --key ${opts.key}`);
+
+  const stage = mkdtempSync(path.join(tmpdir(), 'vram-preflight-release-'));
+  try {
+    const stageDist = path.join(stage, 'dist');
+    const { version, tgz } = await packagePlugin({ distDir: stageDist, quiet: true, epoch });
+
+    rmSync(opts.out, { recursive: true, force: true });
+    mkdirSync(opts.out, { recursive: true });
+    const archiveName = path.basename(tgz);
+    const archive = path.join(opts.out, archiveName);
+    copyFileSync(tgz, archive);
+
+    let signTime;
+    if (opts.sign) {
+      signTime = Math.max(epoch, key.created);
+      const pluginYamlText = readFileSync(path.join(root, 'plugin.yaml'), 'utf8');
+      sign(opts, key.fingerprint, provenanceMessage(pluginYamlText, archiveName, readFileSync(archive)), `${archive}.prov`, signTime);
+      writeFileSync(path.join(opts.out, `${PLUGIN_NAME}-release-key.gpg`), gpg(opts, ['--export', '--', key.fingerprint], 'exporting the public key'));
+    }
+    const npm = npmPack(stage, opts.out, version);
+    const argo = argocdContext(stage, opts.out, version, epoch);
+
+    const names = readdirSync(opts.out).sort();
+    const sums = names.map((n) => `${sha256(readFileSync(path.join(opts.out, n)))}  ${n}\n`).join('');
+    writeFileSync(path.join(opts.out, 'SHA256SUMS'), sums);
+    const npmVersion = spawnSync(process.platform === 'win32' ? 'npm.cmd' : 'npm', ['--version'], { encoding: 'utf8' }).stdout.trim();
+    const esbuildVersion = JSON.parse(readFileSync(path.join(root, 'node_modules/esbuild/package.json'), 'utf8')).version;
+    return { version, commit, dirty: Boolean(dirty), epoch, signTime, key, out: opts.out, files: [...names, 'SHA256SUMS'], sums, npmFiles: npm.files, argocdFiles: argo.files, npmVersion, esbuildVersion };
+  } finally {
+    rmSync(stage, { recursive: true, force: true });
+  }
+}
+
+if (process.argv[1] && path.resolve(process.argv[1]) === fileURLToPath(import.meta.url)) {
+  let opts;
+  try {
+    opts = parseArgs(process.argv.slice(2));
+  } catch (err) {
+    process.stderr.write(`release: ${err.message}\nusage: npm run release -- --key <gpg key id> [--homedir DIR] [--passphrase-file FILE] [--out DIR] [--allow-dirty] [--no-sign]\n`);
+    process.exit(2);
+  }
+  release(opts).then(
+    (r) => {
+      const out = process.stdout;
+      out.write(`release: vram-preflight ${r.version} from ${r.commit}${r.dirty ? ' (UNCOMMITTED CHANGES: not for publishing)' : ''}\n`);
+      out.write(`release: SOURCE_DATE_EPOCH=${r.epoch} (${new Date(r.epoch * 1000).toISOString()})\n`);
+      // The bytes depend on these too (zlib comes with Node.js; esbuild is pinned by package-lock.json).
+      out.write(`release: toolchain: node ${process.version} (zlib ${process.versions.zlib}), npm ${r.npmVersion}, esbuild ${r.esbuildVersion}\n`);
+      if (r.key) out.write(`release: signed by ${r.key.uids.join(', ')} (fingerprint ${r.key.fingerprint}) at ${new Date(r.signTime * 1000).toISOString()}\n`);
+      else out.write('release: NOT signed (--no-sign): Helm 4 refuses the archive without --verify=false\n');
+      out.write(`release: ${path.relative(process.cwd(), r.out) || '.'}/\n`);
+      for (const line of r.sums.trimEnd().split('\n')) out.write(`  ${line}\n`);
+      out.write(`release: npm package: ${r.npmFiles.join(', ')}\n`);
+      out.write(`release: Argo CD build context: ${r.argocdFiles.join(', ')}\n`);
+    },
+    (err) => {
+      process.stderr.write(`release: ${err.message ?? err}\n`);
+      process.exit(err instanceof UsageError ? 2 : 1);
+    },
+  );
+}

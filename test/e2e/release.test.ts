@@ -1,0 +1,470 @@
+/**
+ * `npm run release` (scripts/release.mjs) and the installs a release is for,
+ * with the real helm v4.1.4 and the real gpg: throwaway keys in a temp
+ * GNUPGHOME, the release signed with one of them, and Helm 4's default
+ * verification on `helm plugin install` of the archive (a file, an HTTP URL),
+ * refusals (tampered archive, tampered .prov, wrong key, no .prov, renamed
+ * file), `helm plugin verify`, what a git URL install does, and what a
+ * missing or too old Node.js looks like under Helm 4 (which hides a plugin's
+ * stderr).
+ */
+import { execFile, spawnSync } from 'node:child_process';
+import { createHash } from 'node:crypto';
+import { chmodSync, copyFileSync, existsSync, mkdirSync, readdirSync, readFileSync, statSync, symlinkSync, writeFileSync } from 'node:fs';
+import { createServer, type Server } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import path from 'node:path';
+import { promisify } from 'node:util';
+import { parse as parseYaml } from 'yaml';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { CHART, ensureHelm, HELM, helm, helmEnv, helmOk, PACKAGE_VERSION, removeTempDirs, ROOT, run, runOk, tarEntries, tempDir, type Run } from './helpers.js';
+
+const V = PACKAGE_VERSION;
+const ARCHIVE = `vram-preflight-${V}.tgz`;
+const PROV = `${ARCHIVE}.prov`;
+const KEY_FILE = 'vram-preflight-release-key.gpg';
+const NPM_TGZ = `vram-preflight-npm-${V}.tgz`;
+const ARGO_TGZ = `vram-preflight-argocd-cmp-${V}.tar.gz`;
+const PASSPHRASE = 'correct horse battery staple';
+
+let gnupg: string;
+let passFile: string;
+let projectFpr: string;
+/** helm --keyring files: binary public keys (`gpg --export`). */
+let projectKeyring: string;
+let otherKeyring: string;
+let out1: string;
+let out2: string;
+let releaseStdout: string;
+
+function gpg(args: string[]): string {
+  return runOk('gpg', ['--batch', '--no-tty', '--homedir', gnupg, ...args]);
+}
+
+function fingerprintOf(uid: string): string {
+  const fpr = gpg(['--with-colons', '--list-keys', uid])
+    .split('\n')
+    .find((l) => l.startsWith('fpr:'));
+  return fpr!.split(':')[9]!;
+}
+
+function release(outDir: string, extra: string[] = [], cwd = ROOT): Run {
+  return run(
+    process.execPath,
+    [path.join(cwd, 'scripts/release.mjs'), '--key', projectFpr, '--homedir', gnupg, '--passphrase-file', passFile, '--out', outDir, ...extra],
+    { cwd, env: { ...process.env, SOURCE_DATE_EPOCH: '' } },
+  );
+}
+
+/** A copy of some release files in a fresh directory (so one can be changed or renamed). */
+function copyOf(files: Record<string, string>): string {
+  const dir = tempDir('copy');
+  for (const [name, from] of Object.entries(files)) copyFileSync(from, path.join(dir, name));
+  return dir;
+}
+
+const sha256 = (file: string) => createHash('sha256').update(readFileSync(file)).digest('hex');
+const wrappedCount = (manifests: string) => manifests.split(`# vram-preflight ${V}`).length - 1;
+
+beforeAll(() => {
+  ensureHelm();
+  gnupg = tempDir('gnupg');
+  chmodSync(gnupg, 0o700);
+  passFile = path.join(tempDir('pass'), 'passphrase');
+  writeFileSync(passFile, `${PASSPHRASE}\n`);
+  // The project's key: RSA 3072 with a passphrase, as a release key would be.
+  // The other key: ed25519 (Helm's ProtonMail/go-crypto reads both).
+  gpg(['--pinentry-mode', 'loopback', '--passphrase', PASSPHRASE, '--quick-gen-key', 'vram-preflight release (test) <release@example.invalid>', 'rsa3072', 'sign', 'never']);
+  gpg(['--passphrase', '', '--quick-gen-key', 'someone else (test) <other@example.invalid>', 'ed25519', 'sign', 'never']);
+  projectFpr = fingerprintOf('release@example.invalid');
+  otherKeyring = path.join(tempDir('keyring'), 'other.gpg');
+  writeFileSync(otherKeyring, spawnSync('gpg', ['--batch', '--homedir', gnupg, '--export', fingerprintOf('other@example.invalid')]).stdout);
+
+  out1 = tempDir('release1');
+  out2 = tempDir('release2');
+  // --allow-dirty: the tests also run on a checkout with uncommitted work; a
+  // clean clone is released without it below.
+  const r = release(out1, ['--allow-dirty']);
+  expect(r.status, r.stderr).toBe(0);
+  releaseStdout = r.stdout;
+  const again = release(out2, ['--allow-dirty']);
+  expect(again.status, again.stderr).toBe(0);
+  projectKeyring = path.join(out1, KEY_FILE);
+});
+
+afterAll(() => {
+  if (gnupg) spawnSync('gpgconf', ['--homedir', gnupg, '--kill', 'gpg-agent']);
+  removeTempDirs();
+});
+
+describe('npm run release', () => {
+  it('makes the plugin archive, its .prov, the public key, the npm package, the Argo CD build context and SHA256SUMS', () => {
+    expect(readdirSync(out1).sort()).toEqual(['SHA256SUMS', ARCHIVE, PROV, ARGO_TGZ, NPM_TGZ, KEY_FILE].sort());
+    const sums = readFileSync(path.join(out1, 'SHA256SUMS'), 'utf8');
+    const lines = sums.trimEnd().split('\n');
+    expect(lines.map((l) => l.split('  ')[1]).sort()).toEqual([ARCHIVE, PROV, ARGO_TGZ, NPM_TGZ, KEY_FILE].sort());
+    for (const l of lines) {
+      const [sum, name] = l.split('  ');
+      expect(sha256(path.join(out1, name!)), name).toBe(sum);
+    }
+    expect(releaseStdout).toContain(projectFpr);
+    // The exported key is the signing key, in the binary format helm's --keyring reads.
+    expect(gpg(['--with-colons', '--show-keys', projectKeyring])).toContain(`fpr:::::::::${projectFpr}:`);
+  });
+
+  it('same commit, same bytes: a second run gives identical files, the signed .prov included', () => {
+    for (const name of readdirSync(out1)) {
+      expect(readFileSync(path.join(out2, name)).equals(readFileSync(path.join(out1, name))), name).toBe(true);
+    }
+    // Every archive entry carries the commit time.
+    const commitTime = Number(runOk('git', ['log', '-1', '--format=%ct']).trim());
+    for (const tgz of [ARCHIVE, ARGO_TGZ]) {
+      for (const e of tarEntries(path.join(out1, tgz))) expect(e.mtime, `${tgz} ${e.name}`).toBe(commitTime);
+    }
+  });
+
+  it('works from a clean clone without --allow-dirty, and refuses a checkout with uncommitted changes', () => {
+    const clone = path.join(tempDir('clone'), 'vram-preflight');
+    runOk('git', ['clone', '--quiet', '--no-hardlinks', ROOT, clone]);
+    symlinkSync(path.join(ROOT, 'node_modules'), path.join(clone, 'node_modules'));
+    // (.gitignore's `node_modules/` matches a directory, not this symlink.)
+    writeFileSync(path.join(clone, '.git/info/exclude'), '/node_modules\n');
+    const clean = release(path.join(clone, 'dist/release'), [], clone);
+    expect(clean.status, clean.stderr).toBe(0);
+    expect(clean.stdout).not.toContain('UNCOMMITTED');
+    expect(readdirSync(path.join(clone, 'dist/release'))).toContain(PROV);
+
+    writeFileSync(path.join(clone, 'plugin.yaml'), `${readFileSync(path.join(clone, 'plugin.yaml'), 'utf8')}# local edit\n`);
+    const dirty = release(path.join(clone, 'dist/release'), [], clone);
+    expect(dirty.status).toBe(2);
+    expect(dirty.stderr).toContain('uncommitted changes');
+    expect(dirty.stderr).toContain('plugin.yaml');
+  });
+
+  it('package.json, plugin.yaml, src/version.ts and the Argo CD plugin (spec.version, ConfigMap, image tag) carry one version', () => {
+    const read = (rel: string) => readFileSync(path.join(ROOT, rel), 'utf8');
+    type Obj = Record<string, any>;
+    expect(JSON.parse(read('package.json')).version).toBe(V);
+    expect((parseYaml(read('plugin.yaml')) as Obj).version).toBe(V);
+    expect(read('src/version.ts')).toContain(`VERSION = '${V}'`);
+    expect((parseYaml(read('deploy/argocd/plugin.yaml')) as Obj).spec.version).toBe(`v${V}`);
+    const cm = parseYaml(read('deploy/argocd/cmp-plugin-configmap.yaml')) as Obj;
+    expect((parseYaml(cm.data['plugin.yaml']) as Obj).spec.version).toBe(`v${V}`);
+    const patch = parseYaml(read('deploy/argocd/repo-server-patch.yaml')) as Obj;
+    expect(patch.spec.template.spec.containers[0].image).toMatch(new RegExp(`/vram-preflight-cmp:${V.replace(/\./g, '\\.')}$`));
+    // The release refuses to run when they disagree (scripts/package-plugin.mjs checkVersions).
+    expect(read('scripts/package-plugin.mjs')).toContain('versions out of step');
+    // ...and so do the artifacts.
+    const plugin = tarEntries(path.join(out1, ARCHIVE)).find((e) => e.name === 'vram-preflight/plugin.yaml')!;
+    expect((parseYaml(plugin.data.toString('utf8')) as { version: string }).version).toBe(V);
+    const npmPkg = tarEntries(path.join(out1, NPM_TGZ)).find((e) => e.name === 'package/package.json')!;
+    expect(JSON.parse(npmPkg.data.toString('utf8')).version).toBe(V);
+  });
+
+  it('the plugin archive is what `helm plugin package --sign` (real helm 4) makes of the same directory: name, entries, gzip header, .prov metadata', () => {
+    const work = tempDir('helm-package');
+    runOk('tar', ['-xzf', path.join(out1, ARCHIVE), '-C', work]);
+    const secring = path.join(work, 'secring.gpg');
+    writeFileSync(
+      secring,
+      spawnSync('gpg', ['--batch', '--homedir', gnupg, '--pinentry-mode', 'loopback', '--passphrase-file', passFile, '--export-secret-keys', projectFpr]).stdout,
+    );
+    const dest = path.join(work, 'out');
+    const env = helmEnv();
+    helmOk(4, ['plugin', 'package', path.join(work, 'vram-preflight'), '--keyring', secring, '--key', 'release@example.invalid', '--passphrase-file', passFile, '-d', dest], env);
+    expect(readdirSync(dest).sort()).toEqual([ARCHIVE, PROV]);
+    const theirs = tarEntries(path.join(dest, ARCHIVE));
+    const ours = tarEntries(path.join(out1, ARCHIVE));
+    const shape = (es: typeof ours) => es.map((e) => `${e.type} ${e.name} ${e.type === '5' ? '' : e.mode.toString(8)}`);
+    expect(shape(ours)).toEqual(shape(theirs));
+    for (const [i, e] of ours.entries()) expect(e.data.equals(theirs[i]!.data), e.name).toBe(true);
+    expect(readFileSync(path.join(out1, ARCHIVE)).subarray(0, 10).toString('hex')).toBe(readFileSync(path.join(dest, ARCHIVE)).subarray(0, 10).toString('hex'));
+    // The signed text: identical metadata, then `...`, then the archive's sha256.
+    const block = (file: string) => /-----BEGIN PGP SIGNED MESSAGE-----\nHash: SHA512\n\n([\s\S]*?)\n-----BEGIN PGP SIGNATURE-----/.exec(readFileSync(file, 'utf8'))![1]!;
+    const [ourMeta, ourSums] = block(path.join(out1, PROV)).split('\n...\n');
+    const [theirMeta] = block(path.join(dest, PROV)).split('\n...\n');
+    expect(ourMeta).toBe(theirMeta);
+    expect(ourSums!.trim()).toBe(`files:\n  ${ARCHIVE}: sha256:${sha256(path.join(out1, ARCHIVE))}`);
+  });
+
+  it('the npm package (npm pack) holds the bundle, the Node.js check, plugin.yaml, the schema, README and docs', () => {
+    const entries = tarEntries(path.join(out1, NPM_TGZ)).filter((e) => e.type === '0');
+    const names = entries.map((e) => e.name.replace(/^package\//, '')).sort();
+    const docs = readdirSync(path.join(ROOT, 'docs')).map((d) => `docs/${d}`);
+    expect(names).toEqual(
+      ['README.md', 'bin/node-version-guard.cjs', 'dist/vram-preflight.cjs', 'package.json', 'plugin.yaml', 'src/config.schema.json', ...docs].sort(),
+    );
+    const pluginBundle = tarEntries(path.join(out1, ARCHIVE)).find((e) => e.name === 'vram-preflight/dist/vram-preflight.cjs')!;
+    const npmBundle = entries.find((e) => e.name === 'package/dist/vram-preflight.cjs')!;
+    expect(npmBundle.data.equals(pluginBundle.data)).toBe(true);
+    expect(npmBundle.mode & 0o111).toBe(0o111);
+  });
+
+  it('the unpacked npm package is a Helm 4 plugin directory (what `helm plugin install "$(npm root -g)/vram-preflight"` sees)', () => {
+    const dir = tempDir('npm-unpacked');
+    runOk('tar', ['-xzf', path.join(out1, NPM_TGZ), '-C', dir]);
+    const env = helmEnv();
+    expect(helmOk(4, ['plugin', 'install', path.join(dir, 'package')], env)).toContain('Installed plugin: vram-preflight');
+    expect(wrappedCount(helmOk(4, ['template', 'zoo', CHART, '--post-renderer', 'vram-preflight'], env))).toBe(4);
+  });
+
+  it('the Argo CD build context is deploy/argocd/ as committed plus the same bundle in dist/', () => {
+    const entries = tarEntries(path.join(out1, ARGO_TGZ));
+    const files = entries.filter((e) => e.type === '0');
+    const committed = runOk('git', ['ls-files', 'deploy/argocd']).trim().split('\n').sort();
+    expect(files.map((e) => e.name).sort()).toEqual([...committed, 'dist/vram-preflight.cjs'].sort());
+    for (const e of files.filter((f) => f.name.startsWith('deploy/'))) {
+      expect(e.data.equals(readFileSync(path.join(ROOT, e.name))), e.name).toBe(true);
+    }
+    expect(files.find((e) => e.name === 'deploy/argocd/generate.sh')!.mode).toBe(0o755);
+    const pluginBundle = tarEntries(path.join(out1, ARCHIVE)).find((e) => e.name === 'vram-preflight/dist/vram-preflight.cjs')!;
+    expect(files.find((e) => e.name === 'dist/vram-preflight.cjs')!.data.equals(pluginBundle.data)).toBe(true);
+    expect(entries.every((e) => e.uid === 0 && e.gid === 0)).toBe(true);
+    const dockerfile = files.find((e) => e.name === 'deploy/argocd/Dockerfile')!.data.toString('utf8');
+    expect(dockerfile).toMatch(/^FROM \$\{NODE_IMAGE\} AS bundle-prebuilt\nWORKDIR \/src\nCOPY dist\/ \.\/dist\/$/m);
+    expect(dockerfile).toMatch(/^FROM bundle-\$\{BUNDLE\} AS bundle$/m);
+  });
+});
+
+describe('helm 4 plugin install <archive> with default verification', () => {
+  it('passes against the project key, renders with the installed plugin, and `helm plugin verify` agrees', () => {
+    const env = helmEnv();
+    const install = helm(4, ['plugin', 'install', path.join(out1, ARCHIVE), '--keyring', projectKeyring], env);
+    expect(install.status, install.stderr).toBe(0);
+    expect(install.stdout).toContain('Verifying plugin signature...');
+    expect(install.stdout).toContain('Signed by: vram-preflight release (test) <release@example.invalid>');
+    expect(install.stdout).toContain(`Using Key With Fingerprint: ${projectFpr}`);
+    expect(install.stdout).toContain(`Plugin Hash Verified: sha256:${sha256(path.join(out1, ARCHIVE))}`);
+    expect(install.stdout).toContain('Installed plugin: vram-preflight');
+    expect(helmOk(4, ['plugin', 'list'], env)).toMatch(new RegExp(`^vram-preflight\\s+${V.replace(/\./g, '\\.')}\\s+postrenderer/v1\\s+v1\\s+signed\\b`, 'm'));
+    expect(wrappedCount(helmOk(4, ['template', 'zoo', CHART, '--post-renderer', 'vram-preflight'], env))).toBe(4);
+
+    const verify = helm(4, ['plugin', 'verify', path.join(out1, ARCHIVE), '--keyring', projectKeyring], env);
+    expect(verify.status, verify.stderr).toBe(0);
+    expect(verify.stdout).toContain(`Plugin Hash Verified: sha256:${sha256(path.join(out1, ARCHIVE))}`);
+  });
+
+  it('uses $GNUPGHOME/pubring.gpg (or ~/.gnupg/pubring.gpg) without --keyring; gpg 2.x keeps keys in pubring.kbx, which helm does not read', () => {
+    const home = tempDir('gnupghome');
+    const env = helmEnv({ GNUPGHOME: home });
+    const missing = helm(4, ['plugin', 'install', path.join(out1, ARCHIVE)], env);
+    expect(missing.status).not.toBe(0);
+    expect(missing.stderr).toContain(`open ${path.join(home, 'pubring.gpg')}: no such file or directory`);
+    copyFileSync(projectKeyring, path.join(home, 'pubring.gpg'));
+    expect(helmOk(4, ['plugin', 'install', path.join(out1, ARCHIVE)], env)).toContain('Installed plugin: vram-preflight');
+  });
+
+  function refused(dir: string, keyring: string, message: string | RegExp): void {
+    const env = helmEnv();
+    const r = helm(4, ['plugin', 'install', path.join(dir, ARCHIVE), '--keyring', keyring], env);
+    expect(r.status).not.toBe(0);
+    expect(r.stderr).toMatch(message);
+    expect(existsSync(path.join(env.HELM_DATA_HOME, 'plugins', 'vram-preflight'))).toBe(false);
+    const v = helm(4, ['plugin', 'verify', path.join(dir, ARCHIVE), '--keyring', keyring], env);
+    expect(v.status).not.toBe(0);
+    if (!/no provenance/.test(String(message))) expect(v.stderr).toMatch(message);
+  }
+
+  it('refuses an archive with one byte changed (and helm plugin verify agrees)', () => {
+    const dir = copyOf({ [ARCHIVE]: path.join(out1, ARCHIVE), [PROV]: path.join(out1, PROV) });
+    const data = readFileSync(path.join(dir, ARCHIVE));
+    data[data.length - 100]! ^= 0x01;
+    writeFileSync(path.join(dir, ARCHIVE), data);
+    refused(dir, projectKeyring, /plugin verification failed: sha256 sum does not match|sha256 sum does not match/);
+  });
+
+  it('refuses a .prov whose signed text was changed (and helm plugin verify agrees)', () => {
+    const dir = copyOf({ [ARCHIVE]: path.join(out1, ARCHIVE), [PROV]: path.join(out1, PROV) });
+    const prov = readFileSync(path.join(dir, PROV), 'utf8');
+    writeFileSync(path.join(dir, PROV), prov.replace('Name: vram-preflight', 'Name: vram-preflight-evil'));
+    refused(dir, projectKeyring, /openpgp: invalid signature/);
+  });
+
+  it('refuses a keyring without the project key (and helm plugin verify agrees)', () => {
+    refused(out1, otherKeyring, /openpgp: signature made by unknown entity/);
+  });
+
+  it('refuses an archive without its .prov', () => {
+    const dir = copyOf({ [ARCHIVE]: path.join(out1, ARCHIVE) });
+    refused(dir, projectKeyring, /plugin verification failed: no provenance file \(\.prov\) found/);
+  });
+
+  it('refuses a renamed archive: the signature names the file', () => {
+    const dir = tempDir('renamed');
+    copyFileSync(path.join(out1, ARCHIVE), path.join(dir, 'vram-preflight-latest.tgz'));
+    copyFileSync(path.join(out1, PROV), path.join(dir, 'vram-preflight-latest.tgz.prov'));
+    const r = helm(4, ['plugin', 'install', path.join(dir, 'vram-preflight-latest.tgz'), '--keyring', projectKeyring], helmEnv());
+    expect(r.status).not.toBe(0);
+    expect(r.stderr).toContain('provenance does not contain a SHA for a file named "vram-preflight-latest.tgz"');
+  });
+});
+
+// ---------------------------------------------------------------------------
+// URLs: a static HTTP server on 127.0.0.1 (helm runs asynchronously meanwhile).
+
+let server: Server | undefined;
+let served: string;
+let baseUrl: string;
+const requests: string[] = [];
+
+async function startServer(): Promise<void> {
+  served = tempDir('www');
+  server = createServer((req, res) => {
+    const rel = decodeURIComponent(new URL(req.url ?? '/', 'http://x').pathname);
+    requests.push(`${req.method} ${rel}`);
+    const file = path.join(served, rel);
+    if (!file.startsWith(served + path.sep) || !existsSync(file) || !statSync(file).isFile()) {
+      res.writeHead(404).end('not found');
+      return;
+    }
+    res.writeHead(200, { 'content-type': 'application/octet-stream' }).end(readFileSync(file));
+  });
+  await new Promise<void>((resolve) => server!.listen(0, '127.0.0.1', resolve));
+  baseUrl = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
+}
+
+const execFileP = promisify(execFile);
+async function helmAsync(args: string[], env: NodeJS.ProcessEnv): Promise<Run> {
+  try {
+    const r = await execFileP(HELM[4], args, { env, encoding: 'utf8', maxBuffer: 64 * 1024 * 1024 });
+    return { status: 0, stdout: r.stdout, stderr: r.stderr };
+  } catch (e) {
+    const err = e as { code?: number; stdout?: string; stderr?: string };
+    return { status: typeof err.code === 'number' ? err.code : 1, stdout: err.stdout ?? '', stderr: err.stderr ?? '' };
+  }
+}
+
+describe('helm 4 plugin install <URL>', () => {
+  beforeAll(startServer);
+  afterAll(() => new Promise<void>((resolve) => (server ? server.close(() => resolve()) : resolve())));
+
+  it('https://…/vram-preflight-<version>.tgz: fetches URL + ".prov", verifies, installs', async () => {
+    mkdirSync(path.join(served, 'v1'));
+    copyFileSync(path.join(out1, ARCHIVE), path.join(served, 'v1', ARCHIVE));
+    copyFileSync(path.join(out1, PROV), path.join(served, 'v1', PROV));
+    const env = helmEnv();
+    const r = await helmAsync(['plugin', 'install', `${baseUrl}/v1/${ARCHIVE}`, '--keyring', projectKeyring], env);
+    expect(r.status, r.stderr).toBe(0);
+    expect(r.stdout).toContain(`Plugin Hash Verified: sha256:${sha256(path.join(out1, ARCHIVE))}`);
+    expect(requests).toContain(`GET /v1/${PROV}`);
+    expect(wrappedCount((await helmAsync(['template', 'zoo', CHART, '--post-renderer', 'vram-preflight'], env)).stdout)).toBe(4);
+  });
+
+  it('refuses a URL whose .prov is missing, and a served archive that was changed', async () => {
+    mkdirSync(path.join(served, 'noprov'));
+    copyFileSync(path.join(out1, ARCHIVE), path.join(served, 'noprov', ARCHIVE));
+    const r = await helmAsync(['plugin', 'install', `${baseUrl}/noprov/${ARCHIVE}`, '--keyring', projectKeyring], helmEnv());
+    expect(r.status).not.toBe(0);
+    expect(r.stderr).toContain('plugin verification failed: no provenance file (.prov) found');
+
+    mkdirSync(path.join(served, 'tampered'));
+    const data = readFileSync(path.join(out1, ARCHIVE));
+    data[200]! ^= 0x01;
+    writeFileSync(path.join(served, 'tampered', ARCHIVE), data);
+    copyFileSync(path.join(out1, PROV), path.join(served, 'tampered', PROV));
+    const t = await helmAsync(['plugin', 'install', `${baseUrl}/tampered/${ARCHIVE}`, '--keyring', projectKeyring], helmEnv());
+    expect(t.status).not.toBe(0);
+    expect(t.stderr).toContain('sha256 sum does not match');
+  });
+
+  it('a git URL: refused under default verification; with --verify=false the install hook says the bundle is missing and points to the release archive, and so does every render', async () => {
+    // The repository as committed (plugin.yaml and bin/, no dist/), served over
+    // git's "dumb" HTTP protocol. (Helm 4.1.4 cannot detect a VCS in a file:// URL.)
+    const bare = path.join(served, 'vram-preflight.git');
+    runOk('git', ['clone', '--quiet', '--bare', '--no-hardlinks', ROOT, bare]);
+    runOk('git', ['--git-dir', bare, 'update-server-info']);
+    const url = `${baseUrl}/vram-preflight.git`;
+
+    const env = helmEnv();
+    const strict = await helmAsync(['plugin', 'install', url], env);
+    expect(strict.status).not.toBe(0);
+    expect(strict.stderr).toContain('plugin source does not support verification. Use --verify=false to skip verification');
+    expect(existsSync(path.join(env.HELM_DATA_HOME, 'plugins'))).toBe(false);
+
+    const loose = await helmAsync(['plugin', 'install', url, '--verify=false'], env);
+    expect(loose.status).not.toBe(0);
+    expect(loose.stderr).toContain('vram-preflight: the plugin has no bundle');
+    expect(loose.stderr).toContain(`helm plugin install <release URL or file>/vram-preflight-${V}.tgz`);
+    expect(loose.stderr).toContain('Error: plugin install hook for "vram-preflight" exited with error');
+    // Helm keeps what it copied (as plugins/vram-preflight.git), so the plugin is listed...
+    expect((await helmAsync(['plugin', 'list'], env)).stdout).toMatch(/^vram-preflight\s/m);
+    // ...and a render fails with the same words, through Helm's YAML error (Helm 4 drops a plugin's stderr).
+    const render = await helmAsync(['template', 'zoo', CHART, '--post-renderer', 'vram-preflight'], env);
+    expect(render.status).not.toBe(0);
+    expect(render.stdout).toBe('');
+    expect(render.stderr).toContain('node contents:\n# vram-preflight: the plugin has no bundle');
+    expect(render.stderr).toContain(`vram-preflight-${V}.tgz`);
+    expect((await helmAsync(['plugin', 'uninstall', 'vram-preflight'], env)).status).toBe(0);
+  });
+});
+
+// ---------------------------------------------------------------------------
+
+describe('Node.js missing or older than 20', () => {
+  let env: ReturnType<typeof helmEnv>;
+  let oldNodeDir: string;
+
+  beforeAll(() => {
+    env = helmEnv();
+    helmOk(4, ['plugin', 'install', path.join(out1, ARCHIVE), '--keyring', projectKeyring], env);
+    // A `node` that is this Node.js but says it is 18.19.0 (process.version(s) replaced before anything else runs).
+    oldNodeDir = tempDir('old-node');
+    const shim = path.join(oldNodeDir, 'pretend-18.cjs');
+    writeFileSync(
+      shim,
+      "Object.defineProperty(process, 'versions', { value: Object.assign({}, process.versions, { node: '18.19.0' }) });\n" +
+        "Object.defineProperty(process, 'version', { value: 'v18.19.0' });\n",
+    );
+    writeFileSync(path.join(oldNodeDir, 'node'), `#!/bin/sh\nexec '${process.execPath}' -r '${shim}' "$@"\n`);
+    chmodSync(path.join(oldNodeDir, 'node'), 0o755);
+  });
+
+  it('Helm 4 shows the reason (the plugin writes it as a YAML document Helm cannot use) and renders nothing', () => {
+    const r = helm(4, ['template', 'zoo', CHART, '--post-renderer', 'vram-preflight'], { ...env, PATH: `${oldNodeDir}:${env.PATH}` });
+    expect(r.status).not.toBe(0);
+    expect(r.stdout).toBe('');
+    expect(r.stderr).toContain('error parsing YAML: wrong node kind: expected MappingNode but got ScalarNode: node contents:');
+    expect(r.stderr).toContain('# vram-preflight: Node.js 20 or newer is needed; the node on the PATH helm runs with is v18.19.0');
+    // The same for `helm install` (no cluster needed with --dry-run=client).
+    const i = helm(4, ['install', 'zoo', CHART, '--dry-run=client', '--post-renderer', 'vram-preflight'], { ...env, PATH: `${oldNodeDir}:${env.PATH}` });
+    expect(i.status).not.toBe(0);
+    expect(i.stderr).toContain('Node.js 20 or newer is needed');
+  });
+
+  it('`helm plugin install` says so at once (the install hook)', () => {
+    const fresh = helmEnv({ PATH: `${oldNodeDir}:${process.env.PATH}` });
+    const r = helm(4, ['plugin', 'install', path.join(out1, ARCHIVE), '--keyring', projectKeyring], fresh);
+    expect(r.status).not.toBe(0);
+    expect(r.stderr).toContain('vram-preflight: Node.js 20 or newer is needed');
+    expect(r.stderr).toContain('the plugin is installed but cannot run until this is fixed');
+  });
+
+  it('outside Helm 4 (no HELM_PLUGIN_NAME): stderr and exit 1, nothing on stdout', () => {
+    const dir = tempDir('plugin');
+    runOk('tar', ['-xzf', path.join(out1, ARCHIVE), '-C', dir]);
+    const p = path.join(dir, 'vram-preflight');
+    const r = run(path.join(oldNodeDir, 'node'), ['-r', path.join(p, 'bin/node-version-guard.cjs'), path.join(p, 'dist/vram-preflight.cjs')], {
+      input: 'apiVersion: v1\nkind: ConfigMap\n',
+      env: { PATH: process.env.PATH },
+    });
+    expect(r.status).toBe(1);
+    expect(r.stdout).toBe('');
+    expect(r.stderr).toContain('Node.js 20 or newer is needed');
+  });
+
+  it('no node on PATH: Helm 4 itself says so (`exec: "node": executable file not found in $PATH`)', () => {
+    const r = helm(4, ['template', 'zoo', CHART, '--post-renderer', 'vram-preflight'], { ...env, PATH: tempDir('empty-path') });
+    expect(r.status).not.toBe(0);
+    expect(r.stderr).toContain('failed to invoke post-renderer plugin "vram-preflight": exec: "node": executable file not found in $PATH');
+  });
+
+  it('with Node.js 20+ the check costs no extra process: the plugin runs `node -r <check> <bundle>`', () => {
+    const plugin = parseYaml(readFileSync(path.join(ROOT, 'plugin.yaml'), 'utf8')) as { runtimeConfig: { platformCommand: Array<{ command: string; args: string[] }> } };
+    expect(plugin.runtimeConfig.platformCommand).toEqual([
+      { command: 'node', args: ['-r', '${HELM_PLUGIN_DIR}/bin/node-version-guard.cjs', '${HELM_PLUGIN_DIR}/dist/vram-preflight.cjs'] },
+    ]);
+    // The check is ES5, so that old Node.js versions can parse it.
+    const guard = readFileSync(path.join(ROOT, 'bin/node-version-guard.cjs'), 'utf8');
+    expect(guard).not.toMatch(/\b(const|let|class)\s|=>|`|\?\?|\?\./);
+  });
+});
