@@ -32,10 +32,16 @@ const TOOL_OPTIONS = [
   'default-utilization',
   'on-nvidia-smi-unavailable',
   'container-names',
+  'registry-lookup',
+  'registry-platform',
+  'registry-timeout-seconds',
+  'registry-insecure',
   'config', // a file inside the source path
 ];
-// Not offered: diagnostics-file (a write to any path of the sidecar; under Argo
-// CD, stderr already reaches the Application's ComparisonError).
+// Not offered: diagnostics-file and report-file (writes to any path of the
+// sidecar; under Argo CD, stderr already reaches the Application's
+// ComparisonError), cache-dir and registry-ca-file (the sidecar's own
+// settings: its cache volume, the CAs its admin trusts).
 const envNameOf = (key) => `VRAM_PREFLIGHT_${key.toUpperCase().replace(/-/g, '_')}`;
 
 const PARAMETERS = {
