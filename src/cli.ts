@@ -219,7 +219,30 @@ async function transformWithLookups(input: string, options: Options, io: CliIO):
   return transform(input, options, { registry: answers });
 }
 
+/** Helm 4 runs the plugin with this in the environment (Helm 3 runs a post-renderer as a bare executable). */
+const HELM4_PLUGIN_NAME = 'vram-preflight';
+
+/**
+ * The CLI. Under Helm 4 a failing post-renderer's stderr is thrown away and
+ * the user reads only 'plugin "vram-preflight" exited with error'. So there,
+ * and only there, a failed transform also writes its messages to stdout as
+ * comments above a plain scalar, and exits 0: Helm 4 cannot read a scalar as
+ * a manifest, fails the render, and prints the document it got — the
+ * messages. No manifest can come out of such a run; everywhere else stdout
+ * stays empty on error.
+ */
 export async function main(argv: readonly string[], io: CliIO): Promise<number> {
+  const underHelm4 = io.env.HELM_PLUGIN_NAME === HELM4_PLUGIN_NAME && !['explain', 'resolve', '-h', '--help', '-v', '--version'].includes(argv[0] ?? '');
+  if (!underHelm4) return run(argv, io);
+  const said: string[] = [];
+  const code = await run(argv, { ...io, stderr: { write: (text: string) => (said.push(text), io.stderr.write(text)) } });
+  if (code === 0) return 0;
+  const lines = said.join('').split('\n').filter((line) => line !== '');
+  io.stdout.write(`${lines.map((line) => `# ${line}`).join('\n')}\nvram-preflight-failed-see-the-messages-above\n`);
+  return 0;
+}
+
+async function run(argv: readonly string[], io: CliIO): Promise<number> {
   let args: ParsedArgs;
   let options: Options;
   // An option error must reach the diagnostics file too, so find it before options parse.

@@ -169,6 +169,24 @@ spec:
     expect(background.stdout).toContain('starts vLLM in the background');
   });
 
+  it('under Helm 4 (HELM_PLUGIN_NAME=vram-preflight) a failure is also a YAML scalar with the messages as comments, exit 0, so Helm 4 shows them; explain and other callers are untouched', async () => {
+    const failing = realVllm.replace('lmcache/vllm-openai:v0.5.2', 'lmcache/vllm-openai@sha256:abc');
+    const helm4 = await runCli(['--registry-lookup=never'], failing, { env: { HELM_PLUGIN_NAME: 'vram-preflight' } });
+    expect(helm4.code).toBe(0);
+    expect(helm4.stdout).toMatch(/^# vram-preflight: error UNKNOWN_START: /);
+    expect(helm4.stdout.trimEnd().split('\n').pop()).toBe('vram-preflight-failed-see-the-messages-above');
+    expect(helm4.stderr).toContain('error UNKNOWN_START');
+    const plain = await runCli(['--registry-lookup=never'], failing);
+    expect(plain.code).toBe(1);
+    expect(plain.stdout).toBe('');
+    const ok = await runCli([], realVllm, { env: { HELM_PLUGIN_NAME: 'vram-preflight' } });
+    expect(ok.code).toBe(0);
+    expect(ok.stdout).toContain('# vram-preflight ');
+    const explain = await runCli(['explain', '--registry-lookup=never'], failing, { env: { HELM_PLUGIN_NAME: 'vram-preflight' } });
+    expect(explain.code).toBe(1);
+    expect(explain.stdout).toBe('');
+  });
+
   it('an unexpected positional argument is a usage error', async () => {
     const run = await runCli(['chart.yaml'], realVllm);
     expect(run.code).toBe(2);
