@@ -88,7 +88,11 @@ describe('renderPreflightScript text', () => {
   it('writes nothing but the termination message: every file redirection goes to $msg_file or /dev/null', () => {
     for (const v of variants) {
       // the shell text only: drop the awk programs (their > are comparisons or prints to stdout)
-      const shell = renderPreflightScript(v).replace(/'[^']*'/g, "''");
+      const shell = renderPreflightScript(v)
+        .replace(/'[^']*'/g, "''")
+        .split('\n')
+        .filter((l) => !l.startsWith('#') && !l.startsWith('msg_file='))
+        .join('\n');
       const targets = [...shell.matchAll(/\d?>>?\s*(&\d|"[^"]*"|[^\s;|&)`]+)/g)].map((m) => m[1]);
       expect(targets.length).toBeGreaterThan(3);
       for (const t of targets) expect(['&2', '/dev/null', '"$msg_file"']).toContain(t);
