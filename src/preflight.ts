@@ -388,11 +388,11 @@ trap 'stop SIGINT ${EXIT_SIGINT}' INT
 # nvidia-smi's deadline: after $lim s, KILL it (a process stuck in the driver may ignore
 # TERM) and exit 1; exit 0 when told (TERM) that it answered in time. The TERM may come
 # before the sleep's pid is known: quit remembers it. The sleep gets KILL: a TERM sent
-# between its fork and its exec is lost. It must not hold the capture open either.
+# between its fork and its exec is lost. It must not hold the capture (or stderr) open.
 deadline() {
   s='' quit=''
   trap 'quit=1; [ -z "$s" ] || kill -KILL "$s" 2>/dev/null || :' TERM
-  sleep "$lim" >/dev/null & s=$!
+  sleep "$lim" >/dev/null 2>&1 & s=$!
   [ -z "$quit" ] || kill -KILL "$s" 2>/dev/null || :
   wait "$s" 2>/dev/null || wait "$s" 2>/dev/null || :
   [ -z "$quit" ] || exit 0

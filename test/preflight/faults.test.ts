@@ -250,7 +250,7 @@ describe.each(SHELLS)('faults under $name', (shell) => {
     });
 
     it('a start found on PATH by name runs', async () => {
-      const r = await fault(shell, { start: ['true'] });
+      const r = await fault(shell, { start: ['sh', '-c', 'exit 0'] });
       expect(r.code).toBe(0);
       expect(r.lines[0]).toMatch(/starting$/);
     });
@@ -263,14 +263,14 @@ describe.each(SHELLS)('faults under $name', (shell) => {
       expect(r.lines).toHaveLength(2);
       onlyOurLines(r);
       // the run directory holds only what the fakes recorded: the script wrote nothing
-      expect(r.files.filter((f) => !/^(bin|busybox-bin|engine.*|reading\.\d+.*|apps|queries|sleeps|deadline-sleeps|smi-pids)$/.test(f))).toEqual([]);
+      expect(r.files.filter((f) => !/^(bin|busybox-bin|engine.*|not-executable|reading\.\d+.*|apps|queries|sleeps|deadline-sleeps|smi-pids)$/.test(f))).toEqual([]);
     });
 
     it('the only write is the termination message, and it works as uid 65534', async () => {
       const r = await fault(shell, { lockdown: true, nonRoot: true, readings: [{ out: '', hang: true }], settings: { onNvidiaSmiUnavailable: 'fail' } });
       expect(r.code).toBe(EXIT_NVIDIA_SMI_UNAVAILABLE);
       expect(r.terminationMessage).toBe(`${r.lines.at(-1)}\n`);
-      expect(r.files.filter((f) => !/^(bin|busybox-bin|engine.*|reading\.\d+.*|apps|queries|sleeps|deadline-sleeps|smi-pids|termination-log)$/.test(f))).toEqual([]);
+      expect(r.files.filter((f) => !/^(bin|busybox-bin|engine.*|not-executable|reading\.\d+.*|apps|queries|sleeps|deadline-sleeps|smi-pids|termination-log)$/.test(f))).toEqual([]);
       await nothingLeft(r);
     });
 

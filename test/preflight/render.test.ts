@@ -95,7 +95,7 @@ describe('renderPreflightScript text', () => {
         .join('\n');
       const targets = [...shell.matchAll(/\d?>>?\s*(&\d|"[^"]*"|[^\s;|&)`]+)/g)].map((m) => m[1]);
       expect(targets.length).toBeGreaterThan(3);
-      for (const t of targets) expect(['&2', '/dev/null', '"$msg_file"']).toContain(t);
+      for (const t of targets) expect(['&1', '&2', '/dev/null', '"$msg_file"']).toContain(t);
       expect(shell).not.toMatch(/<</); // no here-documents: some shells put them in temp files
       expect(shell).not.toMatch(/mktemp|mkfifo|TMPDIR|\/tmp/);
     }
