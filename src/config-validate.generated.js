@@ -3,7 +3,7 @@
 "use strict";
 export const validate = validate10;
 export default validate10;
-const schema11 = {"$schema":"http://json-schema.org/draft-07/schema#","$id":"https://github.com/vram-preflight/vram-preflight/config.schema.json","title":"vram-preflight configuration","description":"Options for vram-preflight. Every option can also be given as a flag (--timeout-seconds) or an environment variable (VRAM_PREFLIGHT_TIMEOUT_SECONDS); flags win over environment variables, which win over this file.","type":"object","additionalProperties":false,"properties":{"$schema":{"type":"string"},"timeoutSeconds":{"description":"How long the preflight waits for GPU memory before it fails the container, in seconds. Keep it above the slowest VRAM reclaim you have seen (about 40 s in the original incident) and below the container's startupProbe budget.","type":"integer","minimum":1,"maximum":86400,"default":300},"pollIntervalSeconds":{"description":"Seconds between nvidia-smi queries while waiting (0.01 to 60, at most 3 decimals).","type":"number","minimum":0.01,"maximum":60,"default":1},"logIntervalSeconds":{"description":"Seconds between progress lines while waiting.","type":"integer","minimum":1,"maximum":3600,"default":10},"headroomMiB":{"description":"MiB each GPU must have free on top of ceil(total x gpu-memory-utilization).","type":"integer","minimum":0,"maximum":1048576,"default":0},"defaultUtilization":{"description":"The utilization assumed when a container gives no --gpu-memory-utilization. vLLM's own default is 0.9 (0.92 in the newest releases); the lower value never makes the wait stricter than vLLM.","type":"number","exclusiveMinimum":0,"maximum":1,"default":0.9},"onNvidiaSmiUnavailable":{"description":"What the preflight does when nvidia-smi is missing, fails, or prints something that is not a number: warn and start vLLM anyway (what happens without vram-preflight), or fail the container.","enum":["warn","fail"],"default":"warn"},"containerNames":{"description":"Only containers whose name matches one of these patterns (`*` matches any run of characters) are considered. Empty or absent: every container.","type":"array","items":{"type":"string","minLength":1},"default":[]},"images":{"description":"Starts (ENTRYPOINT and CMD) of images that are not in the built-in table, or tags the table cannot place. Entries here win over the table.","type":"array","items":{"type":"object","additionalProperties":false,"required":["repository","entrypoint"],"properties":{"repository":{"description":"Repository path, with or without registry (e.g. registry.example.com/ml/vllm-custom).","type":"string","minLength":1},"tag":{"description":"Tag pattern (`*` matches any run of characters). Default: every tag.","type":"string","minLength":1,"default":"*"},"entrypoint":{"description":"The image's ENTRYPOINT, as a list.","type":"array","items":{"type":"string"},"minItems":1},"cmd":{"description":"The image's CMD, as a list ([] when it has none). Needed only for containers that give no args.","type":"array","items":{"type":"string"}}}},"default":[]},"diagnosticsFile":{"description":"A file that receives every warning and error of a run (Helm 4 discards a post-renderer's stderr). Overwritten on each run.","type":"string","minLength":1}}};
+const schema11 = {"$schema":"http://json-schema.org/draft-07/schema#","$id":"https://github.com/vram-preflight/vram-preflight/config.schema.json","title":"vram-preflight configuration","description":"Options for vram-preflight. Every option can also be given as a flag (--timeout-seconds) or an environment variable (VRAM_PREFLIGHT_TIMEOUT_SECONDS); flags win over environment variables, which win over this file.","type":"object","additionalProperties":false,"properties":{"$schema":{"type":"string"},"timeoutSeconds":{"description":"How long the preflight waits for GPU memory before it fails the container, in seconds. Keep it above the slowest VRAM reclaim you have seen (about 40 s in the original incident) and below the container's startupProbe budget.","type":"integer","minimum":1,"maximum":86400,"default":300},"pollIntervalSeconds":{"description":"Seconds between nvidia-smi queries while waiting (0.01 to 60, at most 3 decimals).","type":"number","minimum":0.01,"maximum":60,"default":1},"logIntervalSeconds":{"description":"Seconds between progress lines while waiting.","type":"integer","minimum":1,"maximum":3600,"default":10},"headroomMiB":{"description":"MiB each GPU must have free on top of ceil(total x gpu-memory-utilization).","type":"integer","minimum":0,"maximum":1048576,"default":0},"defaultUtilization":{"description":"The utilization assumed when a container gives no --gpu-memory-utilization. vLLM's own default is 0.9 (0.92 in the newest releases); the lower value never makes the wait stricter than vLLM.","type":"number","exclusiveMinimum":0,"maximum":1,"default":0.9},"onNvidiaSmiUnavailable":{"description":"What the preflight does when nvidia-smi is missing, fails, or prints something that is not a number: warn and start vLLM anyway (what happens without vram-preflight), or fail the container.","enum":["warn","fail"],"default":"warn"},"nvidiaSmiTimeoutSeconds":{"description":"Seconds one nvidia-smi query may take. A query that takes longer is killed and counts as nvidia-smi unavailable (it hangs when the driver is wedged), which onNvidiaSmiUnavailable then handles. Keep it well under timeoutSeconds; it is cut to the time left near the end of the wait.","type":"integer","minimum":1,"maximum":600,"default":10},"containerNames":{"description":"Only containers whose name matches one of these patterns (`*` matches any run of characters) are considered. Empty or absent: every container.","type":"array","items":{"type":"string","minLength":1},"default":[]},"images":{"description":"Starts (ENTRYPOINT and CMD) of images that are not in the built-in table, or tags the table cannot place. Entries here win over the table.","type":"array","items":{"type":"object","additionalProperties":false,"required":["repository","entrypoint"],"properties":{"repository":{"description":"Repository path, with or without registry (e.g. registry.example.com/ml/vllm-custom).","type":"string","minLength":1},"tag":{"description":"Tag pattern (`*` matches any run of characters). Default: every tag.","type":"string","minLength":1,"default":"*"},"entrypoint":{"description":"The image's ENTRYPOINT, as a list.","type":"array","items":{"type":"string"},"minItems":1},"cmd":{"description":"The image's CMD, as a list ([] when it has none). Needed only for containers that give no args.","type":"array","items":{"type":"string"}}}},"default":[]},"diagnosticsFile":{"description":"A file that receives every warning and error of a run (Helm 4 discards a post-renderer's stderr). Overwritten on each run.","type":"string","minLength":1}}};
 const func2 = Object.prototype.hasOwnProperty;
 
 function validate10(data, {instancePath="", parentData, parentDataProperty, rootData=data}={}){
@@ -223,15 +223,10 @@ vErrors.push(err17);
 errors++;
 }
 }
-if(data.containerNames !== undefined){
-let data7 = data.containerNames;
-if(Array.isArray(data7)){
-const len0 = data7.length;
-for(let i0=0; i0<len0; i0++){
-let data8 = data7[i0];
-if(typeof data8 === "string"){
-if(data8.length < 1){
-const err18 = {instancePath:instancePath+"/containerNames/" + i0,schemaPath:"#/properties/containerNames/items/minLength",keyword:"minLength",params:{limit: 1},message:"must NOT have fewer than 1 characters"};
+if(data.nvidiaSmiTimeoutSeconds !== undefined){
+let data7 = data.nvidiaSmiTimeoutSeconds;
+if(!(((typeof data7 == "number") && (!(data7 % 1) && !isNaN(data7))) && (isFinite(data7)))){
+const err18 = {instancePath:instancePath+"/nvidiaSmiTimeoutSeconds",schemaPath:"#/properties/nvidiaSmiTimeoutSeconds/type",keyword:"type",params:{type: "integer"},message:"must be integer"};
 if(vErrors === null){
 vErrors = [err18];
 }
@@ -240,9 +235,9 @@ vErrors.push(err18);
 }
 errors++;
 }
-}
-else {
-const err19 = {instancePath:instancePath+"/containerNames/" + i0,schemaPath:"#/properties/containerNames/items/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if((typeof data7 == "number") && (isFinite(data7))){
+if(data7 > 600 || isNaN(data7)){
+const err19 = {instancePath:instancePath+"/nvidiaSmiTimeoutSeconds",schemaPath:"#/properties/nvidiaSmiTimeoutSeconds/maximum",keyword:"maximum",params:{comparison: "<=", limit: 600},message:"must be <= 600"};
 if(vErrors === null){
 vErrors = [err19];
 }
@@ -251,10 +246,8 @@ vErrors.push(err19);
 }
 errors++;
 }
-}
-}
-else {
-const err20 = {instancePath:instancePath+"/containerNames",schemaPath:"#/properties/containerNames/type",keyword:"type",params:{type: "array"},message:"must be array"};
+if(data7 < 1 || isNaN(data7)){
+const err20 = {instancePath:instancePath+"/nvidiaSmiTimeoutSeconds",schemaPath:"#/properties/nvidiaSmiTimeoutSeconds/minimum",keyword:"minimum",params:{comparison: ">=", limit: 1},message:"must be >= 1"};
 if(vErrors === null){
 vErrors = [err20];
 }
@@ -264,15 +257,16 @@ vErrors.push(err20);
 errors++;
 }
 }
-if(data.images !== undefined){
-let data9 = data.images;
-if(Array.isArray(data9)){
-const len1 = data9.length;
-for(let i1=0; i1<len1; i1++){
-let data10 = data9[i1];
-if(data10 && typeof data10 == "object" && !Array.isArray(data10)){
-if(data10.repository === undefined){
-const err21 = {instancePath:instancePath+"/images/" + i1,schemaPath:"#/properties/images/items/required",keyword:"required",params:{missingProperty: "repository"},message:"must have required property '"+"repository"+"'"};
+}
+if(data.containerNames !== undefined){
+let data8 = data.containerNames;
+if(Array.isArray(data8)){
+const len0 = data8.length;
+for(let i0=0; i0<len0; i0++){
+let data9 = data8[i0];
+if(typeof data9 === "string"){
+if(data9.length < 1){
+const err21 = {instancePath:instancePath+"/containerNames/" + i0,schemaPath:"#/properties/containerNames/items/minLength",keyword:"minLength",params:{limit: 1},message:"must NOT have fewer than 1 characters"};
 if(vErrors === null){
 vErrors = [err21];
 }
@@ -281,8 +275,9 @@ vErrors.push(err21);
 }
 errors++;
 }
-if(data10.entrypoint === undefined){
-const err22 = {instancePath:instancePath+"/images/" + i1,schemaPath:"#/properties/images/items/required",keyword:"required",params:{missingProperty: "entrypoint"},message:"must have required property '"+"entrypoint"+"'"};
+}
+else {
+const err22 = {instancePath:instancePath+"/containerNames/" + i0,schemaPath:"#/properties/containerNames/items/type",keyword:"type",params:{type: "string"},message:"must be string"};
 if(vErrors === null){
 vErrors = [err22];
 }
@@ -291,9 +286,10 @@ vErrors.push(err22);
 }
 errors++;
 }
-for(const key1 in data10){
-if(!((((key1 === "repository") || (key1 === "tag")) || (key1 === "entrypoint")) || (key1 === "cmd"))){
-const err23 = {instancePath:instancePath+"/images/" + i1,schemaPath:"#/properties/images/items/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key1},message:"must NOT have additional properties"};
+}
+}
+else {
+const err23 = {instancePath:instancePath+"/containerNames",schemaPath:"#/properties/containerNames/type",keyword:"type",params:{type: "array"},message:"must be array"};
 if(vErrors === null){
 vErrors = [err23];
 }
@@ -303,11 +299,15 @@ vErrors.push(err23);
 errors++;
 }
 }
-if(data10.repository !== undefined){
-let data11 = data10.repository;
-if(typeof data11 === "string"){
-if(data11.length < 1){
-const err24 = {instancePath:instancePath+"/images/" + i1+"/repository",schemaPath:"#/properties/images/items/properties/repository/minLength",keyword:"minLength",params:{limit: 1},message:"must NOT have fewer than 1 characters"};
+if(data.images !== undefined){
+let data10 = data.images;
+if(Array.isArray(data10)){
+const len1 = data10.length;
+for(let i1=0; i1<len1; i1++){
+let data11 = data10[i1];
+if(data11 && typeof data11 == "object" && !Array.isArray(data11)){
+if(data11.repository === undefined){
+const err24 = {instancePath:instancePath+"/images/" + i1,schemaPath:"#/properties/images/items/required",keyword:"required",params:{missingProperty: "repository"},message:"must have required property '"+"repository"+"'"};
 if(vErrors === null){
 vErrors = [err24];
 }
@@ -316,9 +316,8 @@ vErrors.push(err24);
 }
 errors++;
 }
-}
-else {
-const err25 = {instancePath:instancePath+"/images/" + i1+"/repository",schemaPath:"#/properties/images/items/properties/repository/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(data11.entrypoint === undefined){
+const err25 = {instancePath:instancePath+"/images/" + i1,schemaPath:"#/properties/images/items/required",keyword:"required",params:{missingProperty: "entrypoint"},message:"must have required property '"+"entrypoint"+"'"};
 if(vErrors === null){
 vErrors = [err25];
 }
@@ -327,12 +326,9 @@ vErrors.push(err25);
 }
 errors++;
 }
-}
-if(data10.tag !== undefined){
-let data12 = data10.tag;
-if(typeof data12 === "string"){
-if(data12.length < 1){
-const err26 = {instancePath:instancePath+"/images/" + i1+"/tag",schemaPath:"#/properties/images/items/properties/tag/minLength",keyword:"minLength",params:{limit: 1},message:"must NOT have fewer than 1 characters"};
+for(const key1 in data11){
+if(!((((key1 === "repository") || (key1 === "tag")) || (key1 === "entrypoint")) || (key1 === "cmd"))){
+const err26 = {instancePath:instancePath+"/images/" + i1,schemaPath:"#/properties/images/items/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key1},message:"must NOT have additional properties"};
 if(vErrors === null){
 vErrors = [err26];
 }
@@ -342,8 +338,11 @@ vErrors.push(err26);
 errors++;
 }
 }
-else {
-const err27 = {instancePath:instancePath+"/images/" + i1+"/tag",schemaPath:"#/properties/images/items/properties/tag/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(data11.repository !== undefined){
+let data12 = data11.repository;
+if(typeof data12 === "string"){
+if(data12.length < 1){
+const err27 = {instancePath:instancePath+"/images/" + i1+"/repository",schemaPath:"#/properties/images/items/properties/repository/minLength",keyword:"minLength",params:{limit: 1},message:"must NOT have fewer than 1 characters"};
 if(vErrors === null){
 vErrors = [err27];
 }
@@ -353,11 +352,8 @@ vErrors.push(err27);
 errors++;
 }
 }
-if(data10.entrypoint !== undefined){
-let data13 = data10.entrypoint;
-if(Array.isArray(data13)){
-if(data13.length < 1){
-const err28 = {instancePath:instancePath+"/images/" + i1+"/entrypoint",schemaPath:"#/properties/images/items/properties/entrypoint/minItems",keyword:"minItems",params:{limit: 1},message:"must NOT have fewer than 1 items"};
+else {
+const err28 = {instancePath:instancePath+"/images/" + i1+"/repository",schemaPath:"#/properties/images/items/properties/repository/type",keyword:"type",params:{type: "string"},message:"must be string"};
 if(vErrors === null){
 vErrors = [err28];
 }
@@ -366,10 +362,12 @@ vErrors.push(err28);
 }
 errors++;
 }
-const len2 = data13.length;
-for(let i2=0; i2<len2; i2++){
-if(typeof data13[i2] !== "string"){
-const err29 = {instancePath:instancePath+"/images/" + i1+"/entrypoint/" + i2,schemaPath:"#/properties/images/items/properties/entrypoint/items/type",keyword:"type",params:{type: "string"},message:"must be string"};
+}
+if(data11.tag !== undefined){
+let data13 = data11.tag;
+if(typeof data13 === "string"){
+if(data13.length < 1){
+const err29 = {instancePath:instancePath+"/images/" + i1+"/tag",schemaPath:"#/properties/images/items/properties/tag/minLength",keyword:"minLength",params:{limit: 1},message:"must NOT have fewer than 1 characters"};
 if(vErrors === null){
 vErrors = [err29];
 }
@@ -379,9 +377,8 @@ vErrors.push(err29);
 errors++;
 }
 }
-}
 else {
-const err30 = {instancePath:instancePath+"/images/" + i1+"/entrypoint",schemaPath:"#/properties/images/items/properties/entrypoint/type",keyword:"type",params:{type: "array"},message:"must be array"};
+const err30 = {instancePath:instancePath+"/images/" + i1+"/tag",schemaPath:"#/properties/images/items/properties/tag/type",keyword:"type",params:{type: "string"},message:"must be string"};
 if(vErrors === null){
 vErrors = [err30];
 }
@@ -391,13 +388,11 @@ vErrors.push(err30);
 errors++;
 }
 }
-if(data10.cmd !== undefined){
-let data15 = data10.cmd;
-if(Array.isArray(data15)){
-const len3 = data15.length;
-for(let i3=0; i3<len3; i3++){
-if(typeof data15[i3] !== "string"){
-const err31 = {instancePath:instancePath+"/images/" + i1+"/cmd/" + i3,schemaPath:"#/properties/images/items/properties/cmd/items/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(data11.entrypoint !== undefined){
+let data14 = data11.entrypoint;
+if(Array.isArray(data14)){
+if(data14.length < 1){
+const err31 = {instancePath:instancePath+"/images/" + i1+"/entrypoint",schemaPath:"#/properties/images/items/properties/entrypoint/minItems",keyword:"minItems",params:{limit: 1},message:"must NOT have fewer than 1 items"};
 if(vErrors === null){
 vErrors = [err31];
 }
@@ -406,10 +401,10 @@ vErrors.push(err31);
 }
 errors++;
 }
-}
-}
-else {
-const err32 = {instancePath:instancePath+"/images/" + i1+"/cmd",schemaPath:"#/properties/images/items/properties/cmd/type",keyword:"type",params:{type: "array"},message:"must be array"};
+const len2 = data14.length;
+for(let i2=0; i2<len2; i2++){
+if(typeof data14[i2] !== "string"){
+const err32 = {instancePath:instancePath+"/images/" + i1+"/entrypoint/" + i2,schemaPath:"#/properties/images/items/properties/entrypoint/items/type",keyword:"type",params:{type: "string"},message:"must be string"};
 if(vErrors === null){
 vErrors = [err32];
 }
@@ -421,7 +416,7 @@ errors++;
 }
 }
 else {
-const err33 = {instancePath:instancePath+"/images/" + i1,schemaPath:"#/properties/images/items/type",keyword:"type",params:{type: "object"},message:"must be object"};
+const err33 = {instancePath:instancePath+"/images/" + i1+"/entrypoint",schemaPath:"#/properties/images/items/properties/entrypoint/type",keyword:"type",params:{type: "array"},message:"must be array"};
 if(vErrors === null){
 vErrors = [err33];
 }
@@ -431,9 +426,13 @@ vErrors.push(err33);
 errors++;
 }
 }
-}
-else {
-const err34 = {instancePath:instancePath+"/images",schemaPath:"#/properties/images/type",keyword:"type",params:{type: "array"},message:"must be array"};
+if(data11.cmd !== undefined){
+let data16 = data11.cmd;
+if(Array.isArray(data16)){
+const len3 = data16.length;
+for(let i3=0; i3<len3; i3++){
+if(typeof data16[i3] !== "string"){
+const err34 = {instancePath:instancePath+"/images/" + i1+"/cmd/" + i3,schemaPath:"#/properties/images/items/properties/cmd/items/type",keyword:"type",params:{type: "string"},message:"must be string"};
 if(vErrors === null){
 vErrors = [err34];
 }
@@ -443,11 +442,9 @@ vErrors.push(err34);
 errors++;
 }
 }
-if(data.diagnosticsFile !== undefined){
-let data17 = data.diagnosticsFile;
-if(typeof data17 === "string"){
-if(data17.length < 1){
-const err35 = {instancePath:instancePath+"/diagnosticsFile",schemaPath:"#/properties/diagnosticsFile/minLength",keyword:"minLength",params:{limit: 1},message:"must NOT have fewer than 1 characters"};
+}
+else {
+const err35 = {instancePath:instancePath+"/images/" + i1+"/cmd",schemaPath:"#/properties/images/items/properties/cmd/type",keyword:"type",params:{type: "array"},message:"must be array"};
 if(vErrors === null){
 vErrors = [err35];
 }
@@ -457,8 +454,9 @@ vErrors.push(err35);
 errors++;
 }
 }
+}
 else {
-const err36 = {instancePath:instancePath+"/diagnosticsFile",schemaPath:"#/properties/diagnosticsFile/type",keyword:"type",params:{type: "string"},message:"must be string"};
+const err36 = {instancePath:instancePath+"/images/" + i1,schemaPath:"#/properties/images/items/type",keyword:"type",params:{type: "object"},message:"must be object"};
 if(vErrors === null){
 vErrors = [err36];
 }
@@ -470,12 +468,49 @@ errors++;
 }
 }
 else {
-const err37 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
+const err37 = {instancePath:instancePath+"/images",schemaPath:"#/properties/images/type",keyword:"type",params:{type: "array"},message:"must be array"};
 if(vErrors === null){
 vErrors = [err37];
 }
 else {
 vErrors.push(err37);
+}
+errors++;
+}
+}
+if(data.diagnosticsFile !== undefined){
+let data18 = data.diagnosticsFile;
+if(typeof data18 === "string"){
+if(data18.length < 1){
+const err38 = {instancePath:instancePath+"/diagnosticsFile",schemaPath:"#/properties/diagnosticsFile/minLength",keyword:"minLength",params:{limit: 1},message:"must NOT have fewer than 1 characters"};
+if(vErrors === null){
+vErrors = [err38];
+}
+else {
+vErrors.push(err38);
+}
+errors++;
+}
+}
+else {
+const err39 = {instancePath:instancePath+"/diagnosticsFile",schemaPath:"#/properties/diagnosticsFile/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err39];
+}
+else {
+vErrors.push(err39);
+}
+errors++;
+}
+}
+}
+else {
+const err40 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(vErrors === null){
+vErrors = [err40];
+}
+else {
+vErrors.push(err40);
 }
 errors++;
 }

@@ -26,6 +26,8 @@ export interface Options {
   containerNames: string[];
   images: ImageStart[];
   diagnosticsFile?: string;
+  /** Seconds one nvidia-smi query may take before the preflight counts it as unavailable (hung). */
+  nvidiaSmiTimeoutSeconds: number;
 }
 
 export const DEFAULT_OPTIONS: Readonly<Options> = Object.freeze({
@@ -37,6 +39,7 @@ export const DEFAULT_OPTIONS: Readonly<Options> = Object.freeze({
   onNvidiaSmiUnavailable: 'warn',
   containerNames: [],
   images: [],
+  nvidiaSmiTimeoutSeconds: 10,
 });
 
 type Key = keyof Options;
@@ -51,6 +54,7 @@ export const SCALAR_OPTIONS: readonly { key: Key; flag: string; env: string; kin
   { key: 'defaultUtilization', flag: '--default-utilization', env: 'VRAM_PREFLIGHT_DEFAULT_UTILIZATION', kind: 'number', help: 'utilization assumed when --gpu-memory-utilization is absent (default 0.9)' },
   { key: 'onNvidiaSmiUnavailable', flag: '--on-nvidia-smi-unavailable', env: 'VRAM_PREFLIGHT_ON_NVIDIA_SMI_UNAVAILABLE', kind: 'text', help: 'warn|fail: when nvidia-smi is missing or unreadable (default warn)' },
   { key: 'containerNames', flag: '--container-name', env: 'VRAM_PREFLIGHT_CONTAINER_NAMES', kind: 'list', help: 'only consider containers matching this name pattern (repeatable; env: comma list)' },
+  { key: 'nvidiaSmiTimeoutSeconds', flag: '--nvidia-smi-timeout-seconds', env: 'VRAM_PREFLIGHT_NVIDIA_SMI_TIMEOUT_SECONDS', kind: 'number', help: 'seconds one nvidia-smi query may take before it counts as hung (default 10)' },
   { key: 'diagnosticsFile', flag: '--diagnostics-file', env: 'VRAM_PREFLIGHT_DIAGNOSTICS_FILE', kind: 'text', help: 'also write warnings and errors to FILE (Helm 4 hides stderr)' },
 ];
 

@@ -79,7 +79,7 @@ export const PREFLIGHT_LIMITS = {
   /** Decimal places accepted in pollIntervalSeconds. */
   pollIntervalMaxDecimals: 3,
   logIntervalSecondsMax: 86_400,
-  nvidiaSmiTimeoutSecondsMax: 3600,
+  nvidiaSmiTimeoutSecondsMax: 600,
   terminationMessagePathMaxLength: 4096,
 } as const;
 
