@@ -269,7 +269,8 @@ def leftovers(tag):
             stat = open(f"/proc/{e}/stat").read()
             if stat[stat.rindex(")") + 2] == "Z":
                 continue
-            found.append(f"{e} " + open(f"/proc/{e}/cmdline", "rb").read().replace(b"\0", b" ").decode(errors="replace").strip())
+            cmd = open(f"/proc/{e}/cmdline", "rb").read().replace(b"\0", b" ").decode(errors="replace").strip()
+            found.append(f"{e} {cmd[:80]}")
         except OSError:
             pass
     return found
