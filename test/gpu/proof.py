@@ -89,7 +89,9 @@ def start_hog(tag, hold, device=None):
     env = None
     if device is not None:
         cmd += ["--device", str(device)]
+        # CUDA numbers GPUs fastest first unless told to follow the PCI order nvidia-smi uses
         env = {k: v for k, v in os.environ.items() if k != "CUDA_VISIBLE_DEVICES"}
+        env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
     hog = subprocess.Popen(cmd, stdout=errf, stderr=subprocess.STDOUT, env=env)
     t = time.time()
     while not os.path.exists(ready):
@@ -454,7 +456,7 @@ def two_gpu():
         hog, _info, box, th = start_hog(tag, a.hold, device=held)
         smilog = os.path.join(WORK, f"{tag}.nvidia-smi.log")
         res_path = os.path.join(WORK, f"{tag}.check.json")
-        env = dict(os.environ, NVSMI_LOG=smilog)
+        env = dict(os.environ, NVSMI_LOG=smilog, CUDA_DEVICE_ORDER="PCI_BUS_ID")
         env.pop("CUDA_VISIBLE_DEVICES", None)
         if cvd is not None:
             env["CUDA_VISIBLE_DEVICES"] = cvd
@@ -476,7 +478,7 @@ def two_gpu():
     for name, cvd, _ in selections:
         tag = f"two-cold-{name}"
         smilog = os.path.join(WORK, f"{tag}.nvidia-smi.log")
-        env = dict(os.environ, NVSMI_LOG=smilog)
+        env = dict(os.environ, NVSMI_LOG=smilog, CUDA_DEVICE_ORDER="PCI_BUS_ID")
         env.pop("CUDA_VISIBLE_DEVICES", None)
         if cvd is not None:
             env["CUDA_VISIBLE_DEVICES"] = cvd
@@ -491,7 +493,7 @@ def two_gpu():
     script = re.sub(r"^msg_file=.*$", f"msg_file={os.path.join(WORK, 'two-timeout.termination-log')}", script, count=1, flags=re.M)
     for name, cvd, waits in selections:
         smilog = os.path.join(WORK, f"two-timeout-{name}.nvidia-smi.log")
-        env = dict(os.environ, NVSMI_LOG=smilog)
+        env = dict(os.environ, NVSMI_LOG=smilog, CUDA_DEVICE_ORDER="PCI_BUS_ID")
         env.pop("CUDA_VISIBLE_DEVICES", None)
         if cvd is not None:
             env["CUDA_VISIBLE_DEVICES"] = cvd
