@@ -219,6 +219,7 @@ describe.each(SHELLS)('faults under $name', (shell) => {
       expect(r.lines[1]).toMatch(WARN);
       expect(r.lines[1]).toMatch(why);
       expect(r.lines).toHaveLength(2);
+      await nothingLeft(r);
     });
 
     it.each(cases)('%s: fail exits 69 with why', async (_n, readings, why) => {
