@@ -383,7 +383,7 @@ def sigterm_case(tag, path, shell, pid1, sig=signal.SIGTERM):
                 target = kids[0]
                 break
             time.sleep(0.01)
-    in_query = bool(leftovers(tag))
+    in_query = any("time.sleep" in l for l in leftovers(tag))  # the shim, still delaying nvidia-smi
     t_sig = time.time()
     os.kill(target, sig)
     try:
