@@ -21,6 +21,7 @@ import {
 import { PreflightError } from './errors.js';
 import { renderExplanation } from './explain.js';
 import { renderReport } from './report.js';
+import { checkPreflightOptions } from './preflight.js';
 import type { ImageStartAnswer, LookupFailure, RegistryOptions } from './registry/index.js';
 import { transform, type TransformResult } from './transform.js';
 import { VERSION } from './version.js';
@@ -144,7 +145,10 @@ function resolveOptions(args: ParsedArgs, io: CliIO): Options {
     }
     fromFile = optionsFromFile(text, configPath);
   }
-  return mergeOptions(fromFile, optionsFromEnv(io.env), optionsFromFlags(args.flags));
+  const options = mergeOptions(fromFile, optionsFromEnv(io.env), optionsFromFlags(args.flags));
+  // What the script would refuse is refused here, once, before any input is read (exit 2).
+  checkPreflightOptions(options);
+  return options;
 }
 
 async function readAll(stdin: AsyncIterable<Uint8Array | string>): Promise<string> {

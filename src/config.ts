@@ -45,6 +45,8 @@ export interface Options {
   registryInsecure: string[];
   /** Extra CA certificates (PEM) trusted for registries. */
   registryCaFile?: string;
+  /** Seconds one nvidia-smi query may take before the preflight counts it as unavailable (hung). */
+  nvidiaSmiTimeoutSeconds: number;
 }
 
 export const DEFAULT_OPTIONS: Readonly<Options> = Object.freeze({
@@ -60,6 +62,7 @@ export const DEFAULT_OPTIONS: Readonly<Options> = Object.freeze({
   registryPlatform: 'linux/amd64',
   registryTimeoutSeconds: 5,
   registryInsecure: [],
+  nvidiaSmiTimeoutSeconds: 10,
 });
 
 type Key = keyof Options;
@@ -74,6 +77,7 @@ export const SCALAR_OPTIONS: readonly { key: Key; flag: string; env: string; kin
   { key: 'defaultUtilization', flag: '--default-utilization', env: 'VRAM_PREFLIGHT_DEFAULT_UTILIZATION', kind: 'number', help: 'utilization assumed when --gpu-memory-utilization is absent (default 0.9)' },
   { key: 'onNvidiaSmiUnavailable', flag: '--on-nvidia-smi-unavailable', env: 'VRAM_PREFLIGHT_ON_NVIDIA_SMI_UNAVAILABLE', kind: 'text', help: 'warn|fail: when nvidia-smi is missing or unreadable (default warn)' },
   { key: 'containerNames', flag: '--container-name', env: 'VRAM_PREFLIGHT_CONTAINER_NAMES', kind: 'list', help: 'only consider containers matching this name pattern (repeatable; env: comma list)' },
+  { key: 'nvidiaSmiTimeoutSeconds', flag: '--nvidia-smi-timeout-seconds', env: 'VRAM_PREFLIGHT_NVIDIA_SMI_TIMEOUT_SECONDS', kind: 'number', help: 'seconds one nvidia-smi query may take before it counts as hung (default 10)' },
   { key: 'diagnosticsFile', flag: '--diagnostics-file', env: 'VRAM_PREFLIGHT_DIAGNOSTICS_FILE', kind: 'text', help: 'also write warnings and errors to FILE (Helm 4 hides stderr)' },
   { key: 'reportFile', flag: '--report-file', env: 'VRAM_PREFLIGHT_REPORT_FILE', kind: 'text', help: 'also write the JSON report of every run to FILE (schema: report.schema.json)' },
   { key: 'registryLookup', flag: '--registry-lookup', env: 'VRAM_PREFLIGHT_REGISTRY_LOOKUP', kind: 'text', help: 'missing|never|always: read image starts from registries (default missing: only what nothing else places)' },

@@ -210,8 +210,9 @@ export function decideContainer(input: ContainerInput, base: Pick<ContainerRepor
     const terminationMessagePath = typeof container.terminationMessagePath === 'string' ? container.terminationMessagePath : '/dev/termination-log';
     const script = preflightScript({
       version: VERSION,
-      utilization: (utilization.value ?? 'from-args') as number,
+      utilization: utilization.value ?? 'from-args',
       headroomMiB: options.headroomMiB,
+      nvidiaSmiTimeoutSeconds: options.nvidiaSmiTimeoutSeconds,
       timeoutSeconds: options.timeoutSeconds,
       pollIntervalSeconds: options.pollIntervalSeconds,
       logIntervalSeconds: options.logIntervalSeconds,

@@ -27,7 +27,7 @@ export function renderExplanation(result: TransformResult, options: Options): st
   const wrapped = result.containers.filter((c) => c.action === 'wrap' || c.action === 'rewrap' || c.action === 'unchanged');
   lines.push('');
   lines.push(
-    `Preflight settings: timeout ${options.timeoutSeconds}s, poll every ${options.pollIntervalSeconds}s, progress every ${options.logIntervalSeconds}s, headroom ${options.headroomMiB} MiB, nvidia-smi unavailable: ${options.onNvidiaSmiUnavailable}.`,
+    `Preflight settings: timeout ${options.timeoutSeconds}s, poll every ${options.pollIntervalSeconds}s, progress every ${options.logIntervalSeconds}s, headroom ${options.headroomMiB} MiB, each nvidia-smi query at most ${options.nvidiaSmiTimeoutSeconds}s, nvidia-smi unavailable: ${options.onNvidiaSmiUnavailable}.`,
   );
   for (const c of wrapped) {
     const budget = c.probeBudgetSeconds === undefined ? 'no startup or liveness probe' : `probe budget ${c.probeBudgetSeconds}s`;

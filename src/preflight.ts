@@ -22,10 +22,16 @@ export const PREFLIGHT_MARKER_PREFIX = '# vram-preflight ';
 
 /** Exit code when the wait times out (EX_TEMPFAIL from sysexits.h). */
 export const EXIT_TIMEOUT = 75;
-/** Exit code when nvidia-smi cannot be used and onNvidiaSmiUnavailable is 'fail' (EX_UNAVAILABLE). */
+/** Exit code when nvidia-smi cannot be used (missing, failing, unreadable or hung) and onNvidiaSmiUnavailable is 'fail' (EX_UNAVAILABLE). */
 export const EXIT_NVIDIA_SMI_UNAVAILABLE = 69;
 /** Exit code when there is no command after `--` (EX_USAGE). */
 export const EXIT_NO_COMMAND = 64;
+/** Exit code when utilization is 'from-args' and the start's arguments have no valid --gpu-memory-utilization (EX_CONFIG). */
+export const EXIT_BAD_UTILIZATION = 78;
+/** Exit code when the start after `--` is not found (as a shell reports it). */
+export const EXIT_START_NOT_FOUND = 127;
+/** Exit code when the start after `--` is found but is not an executable file (as a shell reports it). */
+export const EXIT_START_NOT_EXECUTABLE = 126;
 /** Exit code on SIGTERM while waiting (128 + 15). */
 export const EXIT_SIGTERM = 143;
 /** Exit code on SIGINT while waiting (128 + 2). */
@@ -34,8 +40,12 @@ export const EXIT_SIGINT = 130;
 export interface PreflightSettings {
   /** Tool version, written into the marker line. */
   version: string;
-  /** vLLM's --gpu-memory-utilization, validated: 0 < u <= 1. */
-  utilization: number;
+  /**
+   * vLLM's --gpu-memory-utilization: a number with 0 < u <= 1 (rounded UP to 6 decimals), or
+   * 'from-args': the script reads the last --gpu-memory-utilization in the start's own arguments
+   * at run time (for `$(VAR)` values the kubelet expands) and exits 78 when there is none or it is invalid.
+   */
+  utilization: number | 'from-args';
   /** Extra MiB required per GPU on top of ceil(total x utilization); integer >= 0. */
   headroomMiB: number;
   /** Give up after this many seconds of waiting; integer >= 1. */
@@ -44,15 +54,23 @@ export interface PreflightSettings {
   pollIntervalSeconds: number;
   /** Seconds between progress lines while waiting; integer >= 1. */
   logIntervalSeconds: number;
-  /** nvidia-smi missing, failing or unreadable: warn and start vLLM, or fail. */
+  /** nvidia-smi missing, failing, unreadable or hung: warn and start vLLM, or fail. */
   onNvidiaSmiUnavailable: 'warn' | 'fail';
-  /** Where the timeout message is also written (the container's terminationMessagePath). */
+  /**
+   * Seconds one nvidia-smi query may take before it is killed and counted as "nvidia-smi
+   * unavailable" (hung); integer >= 1. Default DEFAULT_NVIDIA_SMI_TIMEOUT_SECONDS.
+   */
+  nvidiaSmiTimeoutSeconds?: number;
+  /** Where the final message is also written (the container's terminationMessagePath). */
   terminationMessagePath: string;
 }
 
+/** Per-query limit when PreflightSettings.nvidiaSmiTimeoutSeconds is not given. */
+export const DEFAULT_NVIDIA_SMI_TIMEOUT_SECONDS = 10;
+
 /** Limits enforced by renderPreflightScript (exported so callers and tests can refer to them). */
 export const PREFLIGHT_LIMITS = {
-  /** Decimal places accepted in utilization: keeps total x numerator far below 2^53 in awk. */
+  /** Utilization is rounded UP to this many decimals: keeps total x numerator far below 2^53 in awk. */
   utilizationMaxDecimals: 6,
   headroomMiBMax: 1_048_576,
   timeoutSecondsMax: 7 * 24 * 3600,
@@ -61,6 +79,7 @@ export const PREFLIGHT_LIMITS = {
   /** Decimal places accepted in pollIntervalSeconds. */
   pollIntervalMaxDecimals: 3,
   logIntervalSecondsMax: 86_400,
+  nvidiaSmiTimeoutSecondsMax: 600,
   terminationMessagePathMaxLength: 4096,
 } as const;
 
@@ -96,11 +115,38 @@ function plainDecimal(v: number, maxDecimals: number): string | undefined {
   return new RegExp(`^\\d+(\\.\\d{1,${maxDecimals}})?$`).test(s) ? s : undefined;
 }
 
+/**
+ * A utilization written the way Python's float() reads it (sign, digits with an optional
+ * point, optional exponent), rounded UP to 6 decimals and spelled `1` or `0.DDDDDD` without
+ * trailing zeros; undefined unless 0 < value <= 1. Exact: works on the digits, not on a
+ * binary float. Rounding up asks for at most 1e-6 x total more, 1 MiB on a 143 GiB GPU.
+ * The script's UTIL_AWK does the same for a value read at run time.
+ */
+export function roundUtilizationUp(text: string): string | undefined {
+  const m = /^([+-]?)(\d+\.?\d*|\.\d+)(?:[eE]([+-]?\d+))?$/.exec(text.trim());
+  if (!m || m[1] === '-') return undefined;
+  const mantissa = m[2]!;
+  const dot = mantissa.indexOf('.');
+  let digits = mantissa.replace('.', '');
+  let point = dot < 0 ? mantissa.length : dot; // value = 0.digits x 10^point
+  const lead = /^0*/.exec(digits)![0].length;
+  digits = digits.slice(lead);
+  point -= lead;
+  if (digits === '') return undefined; // zero
+  point += Number(m[3] ?? 0);
+  if (point > 1) return undefined; // >= 10
+  const n = point + PREFLIGHT_LIMITS.utilizationMaxDecimals;
+  let micro = n < 1 ? 1 : Number(digits.slice(0, n).padEnd(n, '0'));
+  if (n >= 1 && /[1-9]/.test(digits.slice(n))) micro++;
+  if (micro > 1_000_000) return undefined;
+  return micro === 1_000_000 ? '1' : `0.${String(micro).padStart(6, '0').replace(/0+$/, '')}`;
+}
+
 function validUtilization(v: unknown): string {
-  const max = PREFLIGHT_LIMITS.utilizationMaxDecimals;
-  if (!isNumber(v) || !(v > 0) || v > 1) fail('utilization', v, 'must be a number with 0 < u <= 1');
-  const s = plainDecimal(v, max);
-  if (s === undefined) fail('utilization', v, `must have at most ${max} decimal places`);
+  if (v === 'from-args') return v;
+  if (!isNumber(v) || !(v > 0) || v > 1) fail('utilization', v, "must be a number with 0 < u <= 1, or 'from-args'");
+  const s = roundUtilizationUp(String(v));
+  if (s === undefined) fail('utilization', v, "must be a number with 0 < u <= 1, or 'from-args'");
   return s;
 }
 
@@ -138,14 +184,62 @@ function validMode(v: unknown): 'warn' | 'fail' {
   return v;
 }
 
+/** The options a CLI takes for every container alike (what checkPreflightOptions checks). */
+export interface PreflightOptions {
+  timeoutSeconds: unknown;
+  pollIntervalSeconds: unknown;
+  logIntervalSeconds: unknown;
+  headroomMiB: unknown;
+  onNvidiaSmiUnavailable: unknown;
+  nvidiaSmiTimeoutSeconds?: unknown;
+}
+
+interface CheckedOptions {
+  headroom: string;
+  timeout: string;
+  poll: string;
+  logEvery: string;
+  mode: 'warn' | 'fail';
+  smiLimit: string;
+}
+
+function checkOptions(o: PreflightOptions): CheckedOptions {
+  return {
+    headroom: integerIn('headroomMiB', o.headroomMiB, 0, PREFLIGHT_LIMITS.headroomMiBMax),
+    timeout: integerIn('timeoutSeconds', o.timeoutSeconds, 1, PREFLIGHT_LIMITS.timeoutSecondsMax),
+    poll: validPollInterval(o.pollIntervalSeconds),
+    logEvery: integerIn('logIntervalSeconds', o.logIntervalSeconds, 1, PREFLIGHT_LIMITS.logIntervalSecondsMax),
+    mode: validMode(o.onNvidiaSmiUnavailable),
+    smiLimit: integerIn(
+      'nvidiaSmiTimeoutSeconds',
+      o.nvidiaSmiTimeoutSeconds ?? DEFAULT_NVIDIA_SMI_TIMEOUT_SECONDS,
+      1,
+      PREFLIGHT_LIMITS.nvidiaSmiTimeoutSecondsMax,
+    ),
+  };
+}
+
+/**
+ * Throws the PreflightError (code BAD_OPTION) that renderPreflightScript would throw for these
+ * options, so a CLI can reject a bad option once, up front, instead of once per container.
+ */
+export function checkPreflightOptions(o: PreflightOptions): void {
+  if (typeof o !== 'object' || o === null) fail('settings', o, 'must be an object');
+  checkOptions(o);
+}
+
 /**
  * The awk program that judges one nvidia-smi reading. It prints exactly one line,
- * whose first word tells the shell what to do: `ok`, `bad`, `timeout`, `log` or `wait`;
- * the rest is the message. Inputs come in with -v (see the script below).
+ * whose first word tells the poll what to do: `ok`, `bad` (cannot check), `late` (the
+ * query ran into the overall deadline), `timeout` or `wait CODE`; the rest is the message.
+ * Inputs come in with -v (see poll() in the script below); `el` is the elapsed time.
  * Integer-exact need: utilization "0.9" becomes 9/10 and need = ceil(total*9/10);
  * total <= 1e8 MiB and numerator <= 1e6 keep every product below 2^53, where awk's
  * doubles are exact and int(x/den) is the true floor. dec() strips leading zeros
  * because busybox awk reads "010" as octal.
+ * The exit status of a waiting poll is 32 + the number of GPUs listed (capped at 31),
+ * so the loop can hand the first count back in `first` and a later reading that lists
+ * a different number (a GPU fell off the bus) is caught rather than judged on the rest.
  */
 const JUDGE_AWK = `
 function trim(x) { gsub(/^[ \\t\\r]+|[ \\t\\r]+$/, "", x); return x }
@@ -155,9 +249,13 @@ function dec(x) { sub(/^0+/, "", x); return x + 0 }
 { if (split($0, a, ",") != 4 || !num(trim(a[1]))) { if (!bad) bad = "nvidia-smi printed an unreadable line: " $0; next }
   k++; id[k] = trim(a[1]); uu[k] = trim(a[2]); tot[k] = trim(a[3]); fr[k] = trim(a[4]) }
 END {
-  if (t0 == "") t0 = now
-  if (rc != 0) bad = "nvidia-smi failed (exit status " rc ")"
+  e1 = sprintf("%.1f", el)
+  if (rc == 124 && lim < q) { print "late gave up after " sprintf("%.1f", el + lim) " s (timeout " ts " s) waiting for GPU memory before starting vLLM: nvidia-smi did not answer within the " lim " s that were left"; exit }
+  if (rc == 124) bad = "nvidia-smi did not answer within " lim " s and was killed (it hangs like this when the driver is wedged, e.g. after Xid 79 \\"GPU has fallen off the bus\\")"
+  else if (rc != 0) bad = "nvidia-smi failed (exit status " rc ")"
   else if (!bad && !k) bad = "nvidia-smi listed no GPU"
+  cap = k < 31 ? k : 31
+  if (!bad && first != "" && cap != first - 32) bad = "nvidia-smi now lists " k " GPU(s), " first - 32 " when the wait began (did a GPU fall off the bus?)"
   if (!bad && cvs != "") {
     m = split(cvd, w, ",")
     for (i = 1; i <= m; i++) {
@@ -180,62 +278,183 @@ END {
   }
   if (!bad && !n) bad = "CUDA_VISIBLE_DEVICES=\\"" cvd "\\" selects no GPU"
   if (bad) { print "bad " bad; exit }
-  el = sprintf("%.1f", now - t0)
   more = short > 1 ? "; " short - 1 " more GPU(s) short" : ""
-  if (!short) print "ok " (lg == "" ? "" : "GPU memory arrived after " el " s of waiting; ") n " GPU(s) checked, tightest: " g "; starting"
-  else if (now - t0 >= ts) print "timeout gave up after " el " s (timeout " ts " s) waiting for GPU memory before starting vLLM: " g more
-  else if (lg == "" || now - lg >= ls) print "log waiting for GPU memory before starting vLLM: " g more "; waited " el " s (timeout " ts " s)"
-  else print "wait"
+  if (!short) print "ok " (first == "" ? "" : "GPU memory arrived after " e1 " s of waiting; ") n " GPU(s) checked, tightest: " g "; starting"
+  else if (el >= ts) print "timeout gave up after " e1 " s (timeout " ts " s) waiting for GPU memory before starting vLLM: " g more
+  else print "wait " 32 + cap " waiting for GPU memory before starting vLLM: " g more "; waited " e1 " s (timeout " ts " s)"
+}`;
+
+/**
+ * The awk program that advances the clock between polls. /proc/uptime only moves forward
+ * (CLOCK_BOOTTIME), so its steps are taken as they are. Without it, `date +%s` is the clock:
+ * whole seconds, and it jumps when the clock is set, so a step no round can take (backwards,
+ * or longer than a pause, a query and 2 s) counts as one pause instead; with no clock at all
+ * every round counts as one pause. Either way the timeout still fires, late rather than early.
+ * Prints the elapsed seconds, the next query's limit (the per-query limit, cut to the time
+ * that is left, at least 2 s) and whether this round logs (1) or not (0).
+ */
+const CLOCK_AWK = `BEGIN {
+  d = raw - prev
+  if (!(src == "u" && psrc == "u") && (src != psrc || src == "n" || d < 0 || d > poll + lim + 2)) d = poll
+  el += d; left = ts - el
+  l = left < 2 ? 2 : int(left) + (left > int(left)); if (l > q) l = q
+  printf "%.3f %d %d\\n", el, l, (el - lg >= ls)
+}`;
+
+/**
+ * The awk program that reads a run-time --gpu-memory-utilization (-v v=TEXT) the way
+ * roundUtilizationUp() does: Python float syntax, 0 < value <= 1, rounded UP to 6 decimals,
+ * digit by digit (no binary float in between). Prints the value; exits 1 when it is invalid.
+ */
+const UTIL_AWK = `function dec(x) { sub(/^0+/, "", x); return x + 0 }
+BEGIN {
+  s = v
+  if (s !~ /^[+]?([0-9]+[.]?[0-9]*|[.][0-9]+)([eE][-+]?[0-9]+)?$/) exit 1
+  sub(/^[+]/, "", s); e = 0
+  if (match(s, /[eE]/)) { x = substr(s, RSTART + 1); s = substr(s, 1, RSTART - 1); neg = sub(/^-/, "", x); sub(/^[+]/, "", x); e = neg ? -dec(x) : dec(x) }
+  p = index(s, ".")
+  if (p) { s = substr(s, 1, p - 1) substr(s, p + 1); p-- } else p = length(s)
+  while (substr(s, 1, 1) == "0") { s = substr(s, 2); p-- }
+  if (s == "") exit 1
+  p += e; if (p > 1) exit 1
+  n = p + 6
+  if (n < 1) m = 1
+  else { t = substr(s, 1, n); while (length(t) < n) t = t "0"; m = dec(t); if (substr(s, n + 1) ~ /[1-9]/) m++ }
+  if (m > 1000000) exit 1
+  if (m == 1000000) { print 1; exit }
+  f = sprintf("%06d", m); sub(/0+$/, "", f); print "0." f
 }`;
 
 /** Formats nvidia-smi --query-compute-apps output for the timeout message. */
 const APPS_AWK = `-F', *' 'NF >= 2 { a = a (a ? ", " : "") "pid " $1 " (" $2 " MiB)" } END { print a ? a : "none that nvidia-smi can see from this container (look on the node)" }'`;
 
+/** Reads the utilization from the start's arguments; only in scripts rendered with 'from-args'. */
+const FROM_ARGS = `# The utilization is only known at run time (the kubelet expanded a variable into the
+# start's arguments): take the last --gpu-memory-utilization there, in any spelling vLLM accepts.
+u_raw='' u_seen='' take=''
+for a in "$@"; do
+  if [ -n "$take" ]; then u_raw=$a take=''; continue; fi
+  case $a in
+  --gpu[-_]memory[-_]utilization=*) u_raw=\${a#*=} u_seen=1 ;;
+  --gpu[-_]memory[-_]utilization) u_raw='' u_seen=1 take=1 ;;
+  esac
+done
+[ -n "$u_seen" ] || die ${EXIT_BAD_UTILIZATION} 'cannot wait for GPU memory: the start has no --gpu-memory-utilization argument, and this preflight reads the utilization from there; not starting vLLM'
+# shellcheck disable=SC2016 # an awk program: its $ are awk's, not the shell's
+util=\`awk -v v="$u_raw" '${UTIL_AWK}'\` || die ${EXIT_BAD_UTILIZATION} "cannot wait for GPU memory: --gpu-memory-utilization \\"$u_raw\\" in the start's arguments is not a number with 0 < u <= 1; not starting vLLM"
+`;
+
 export function renderPreflightScript(settings: PreflightSettings): string {
   if (typeof settings !== 'object' || settings === null) fail('settings', settings, 'must be an object');
   const version = validVersion(settings.version);
   const util = validUtilization(settings.utilization);
-  const headroom = integerIn('headroomMiB', settings.headroomMiB, 0, PREFLIGHT_LIMITS.headroomMiBMax);
-  const timeout = integerIn('timeoutSeconds', settings.timeoutSeconds, 1, PREFLIGHT_LIMITS.timeoutSecondsMax);
-  const poll = validPollInterval(settings.pollIntervalSeconds);
-  const logEvery = integerIn('logIntervalSeconds', settings.logIntervalSeconds, 1, PREFLIGHT_LIMITS.logIntervalSecondsMax);
-  const mode = validMode(settings.onNvidiaSmiUnavailable);
+  const { headroom, timeout, poll, logEvery, mode, smiLimit } = checkOptions(settings);
   const msgFile = validPath(settings.terminationMessagePath);
+  // The first query's limit: the per-query limit, cut to the whole timeout (at least 2 s), as CLOCK_AWK does later.
+  const firstLimit = Math.min(Number(smiLimit), Math.max(2, Number(timeout)));
 
   const script = `${PREFLIGHT_MARKER_PREFIX}${version}: wait for GPU memory, then exec vLLM
 # After an in-place restart the old engine may still hold VRAM and vLLM checks
 # free memory only once, so wait until each GPU it will use has
 # ceil(total x util) + headroom MiB free. See docs/restart-race.md (vram-preflight).
 # The kubelet rewrites dollar-paren and double-dollar in args; this text has neither.
+# Nothing is written but msg_file (read-only root, no /tmp): no temp files, no here-documents.
 # shellcheck disable=SC2006 # backticks instead of dollar-paren, for the reason above
-util=${util} headroom_mib=${headroom} timeout_s=${timeout} poll_s=${poll} log_s=${logEvery} on_unavailable=${mode}
+util=${util} headroom_mib=${headroom} timeout_s=${timeout} poll_s=${poll} log_s=${logEvery} on_unavailable=${mode} smi_limit_s=${smiLimit}
 msg_file=${msgFile}
 say() { printf 'vram-preflight: %s\\n' "$*" >&2; }
 die() { say "$2"; printf 'vram-preflight: %s\\n' "$2" 2>/dev/null >"$msg_file" || :; exit "$1"; }
+unavailable() {
+  [ "$on_unavailable" = warn ] || die ${EXIT_NVIDIA_SMI_UNAVAILABLE} "cannot check GPU memory, not starting vLLM (on-nvidia-smi-unavailable: fail): $1"
+  say "WARNING: cannot check GPU memory, starting vLLM WITHOUT waiting: $1"
+}
 [ "$#" -gt 0 ] || die ${EXIT_NO_COMMAND} 'no command to start after --'
-t0='' logged='' s=''
-# As PID 1 the shell ignores signals it does not trap.
-trap 'kill "$s" 2>/dev/null || :; say "SIGTERM while waiting for GPU memory, exiting"; exit ${EXIT_SIGTERM}' TERM
-trap 'kill "$s" 2>/dev/null || :; say "SIGINT while waiting for GPU memory, exiting"; exit ${EXIT_SIGINT}' INT
+# A start that cannot run would fail only after the whole wait, with exec's terse error: say so now.
+case $1 in
+*/*)
+  [ -e "$1" ] || die ${EXIT_START_NOT_FOUND} "cannot start vLLM: the start \\"$1\\" (the program after --) does not exist"
+  if [ ! -f "$1" ] || [ ! -x "$1" ]; then die ${EXIT_START_NOT_EXECUTABLE} "cannot start vLLM: the start \\"$1\\" (the program after --) is not an executable file"; fi ;;
+*) command -v "$1" >/dev/null 2>&1 || die ${EXIT_START_NOT_FOUND} "cannot start vLLM: the start \\"$1\\" (the program after --) is not found in PATH=$PATH" ;;
+esac
+${util === 'from-args' ? FROM_ARGS : ''}# A shell runs traps only between commands or in wait, never while a foreground command
+# or a backtick capture runs. So all that can take long (nvidia-smi, the pause between
+# polls) runs as a background job the shell waits for, and a signal ends it at once.
+# As PID 1 the shell ignores signals it does not trap. The job gets KILL: a child
+# still holds this shell's handler between its fork and its exec, and would lose a TERM.
+job=''
+stop() { kill -KILL "$job" 2>/dev/null || :; say "$1 while waiting for GPU memory, exiting"; exit "$2"; }
+trap 'stop SIGTERM ${EXIT_SIGTERM}' TERM
+trap 'stop SIGINT ${EXIT_SIGINT}' INT
+# nvidia-smi's deadline: after $lim s, KILL it (a process stuck in the driver may ignore
+# TERM) and exit 1; exit 0 when told (TERM) that it answered in time. The TERM may come
+# before the sleep's pid is known: quit remembers it. The sleep gets KILL: a TERM sent
+# between its fork and its exec is lost. It must not hold the capture (or stderr) open.
+deadline() {
+  s='' quit=''
+  trap 'quit=1; [ -z "$s" ] || kill -KILL "$s" 2>/dev/null || :' TERM
+  sleep "$lim" >/dev/null 2>&1 & s=$!
+  [ -z "$quit" ] || kill -KILL "$s" 2>/dev/null || :
+  wait "$s" 2>/dev/null || wait "$s" 2>/dev/null || :
+  [ -z "$quit" ] || exit 0
+  trap '' TERM
+  kill -KILL "$1" 2>/dev/null || :
+  exit 1
+}
+# nvidia-smi "$@", for at most $lim s: prints its output, returns its status or 124 when it
+# was killed for taking too long. Not timeout(1): images differ in having one, and in which.
+smi() {
+  nvidia-smi "$@" & q=$!
+  deadline "$q" & d=$!
+  if wait "$q" 2>/dev/null; then rc=0; else rc=$?; fi
+  kill "$d" 2>/dev/null || :
+  if wait "$d" 2>/dev/null; then ds=0; else ds=$?; fi
+  [ "$ds:$rc" != 1:137 ] || rc=124
+  return "$rc"
+}
+# One reading and its verdict (run as a background job; a backtick capture would block
+# traps). It says what it found; its exit status tells the loop what to do next:
+# 0 start vLLM, ${EXIT_NVIDIA_SMI_UNAVAILABLE} or ${EXIT_TIMEOUT} exit (the message is written), 32..63 keep waiting.
 # shellcheck disable=SC2016 # an awk program: its $ are awk's, not the shell's
 judge='${JUDGE_AWK.trim()}'
-while :; do
-  read -r now _ </proc/uptime || now=\`date +%s\`
-  if out=\`nvidia-smi --query-gpu=index,uuid,memory.total,memory.free --format=csv,noheader,nounits\`; then rc=0; else rc=$?; fi
-  r=\`printf '%s\\n' "$out" | awk -v rc="$rc" -v u="$util" -v h="$headroom_mib" -v ts="$timeout_s" -v ls="$log_s" -v now="$now" -v t0="$t0" -v lg="$logged" -v cvs="\${CUDA_VISIBLE_DEVICES+set}" -v cvd="\${CUDA_VISIBLE_DEVICES-}" "$judge"\` || r="bad awk is missing or failed (exit status $?)"
+poll() {
+  if out=\`smi --query-gpu=index,uuid,memory.total,memory.free --format=csv,noheader,nounits\`; then rc=0; else rc=$?; fi
+  r=\`printf '%s\\n' "$out" | awk -v rc="$rc" -v u="$util" -v h="$headroom_mib" -v ts="$timeout_s" -v el="$el" -v lim="$lim" -v q="$smi_limit_s" -v first="$first" -v cvs="\${CUDA_VISIBLE_DEVICES+set}" -v cvd="\${CUDA_VISIBLE_DEVICES-}" "$judge"\` || r="bad awk is missing or failed (exit status $?)"
   case $r in
-  ok\\ *) say "\${r#ok }"; break ;;
-  bad\\ *)
-    [ "$on_unavailable" = warn ] || die ${EXIT_NVIDIA_SMI_UNAVAILABLE} "cannot check GPU memory, not starting vLLM (on-nvidia-smi-unavailable: fail): \${r#bad }"
-    say "WARNING: cannot check GPU memory, starting vLLM WITHOUT waiting: \${r#bad }"; break ;;
+  ok\\ *) say "\${r#ok }"; exit 0 ;;
+  bad\\ *) unavailable "\${r#bad }"; exit 0 ;;
+  late\\ *) die ${EXIT_TIMEOUT} "\${r#late }. This is the preflight's wait, not vLLM's check: nvidia-smi hangs when the driver is wedged; look at the node." ;;
   timeout\\ *)
-    apps=\`nvidia-smi --query-compute-apps=pid,used_memory --format=csv,noheader,nounits 2>/dev/null | awk ${APPS_AWK}\`
+    apps=\`smi --query-compute-apps=pid,used_memory --format=csv,noheader,nounits 2>/dev/null | awk ${APPS_AWK}\`
     die ${EXIT_TIMEOUT} "\${r#timeout }. Still holding GPU memory: $apps. This is the preflight's wait, not vLLM's check: find what keeps the memory (often an orphaned vLLM EngineCore or worker, or a sidecar) or raise the preflight timeout." ;;
-  log\\ *) say "\${r#log }"; logged=$now ;;
+  wait\\ *) r=\${r#wait }; [ "$logit" = 0 ] || say "\${r#* }"; exit "\${r%% *}" ;;
   esac
-  t0=\${t0:-$now}
-  sleep "$poll_s" & s=$!
-  wait "$s" || sleep 1
+  unavailable "unexpected verdict: $r"
+}
+# Elapsed time: see the clock program. read is a builtin, so a cold start costs no process.
+clock() {
+  if read -r raw _ 2>/dev/null </proc/uptime && [ -n "$raw" ]; then src=u
+  elif raw=\`date +%s 2>/dev/null\`; then src=d
+  else raw='' src=n; fi
+}
+# shellcheck disable=SC2016 # an awk program: its $ are awk's, not the shell's
+tick='${CLOCK_AWK}'
+clock; prev=$raw psrc=$src el=0 lim=${firstLimit} logit=1 lg=0 first=''
+while :; do
+  poll & job=$!
+  if wait "$job"; then v=0; else v=$?; fi
+  case $v in
+  0) break ;;
+  ${EXIT_NVIDIA_SMI_UNAVAILABLE} | ${EXIT_TIMEOUT}) exit "$v" ;;
+  3[2-9] | [45][0-9] | 6[0-3]) ;;
+  *) unavailable "the check ended with exit status $v"; break ;;
+  esac
+  first=\${first:-$v}
+  [ "$logit" = 0 ] || lg=$el
+  sleep "$poll_s" & job=$!
+  if ! wait "$job"; then sleep 1 & job=$!; wait "$job" || :; fi
+  clock
+  r=\`awk -v raw="$raw" -v src="$src" -v prev="$prev" -v psrc="$psrc" -v el="$el" -v lg="$lg" -v poll="$poll_s" -v lim="$lim" -v q="$smi_limit_s" -v ts="$timeout_s" -v ls="$log_s" "$tick"\` || { unavailable "awk is missing or failed (exit status $?)"; break; }
+  el=\${r%% *} r=\${r#* } lim=\${r%% *} logit=\${r#* } prev=$raw psrc=$src
 done
 exec "$@"
 `;

@@ -53,6 +53,7 @@ export function buildReport(result: TransformResult, options: Options): Record<s
       headroomMiB: options.headroomMiB,
       defaultUtilization: options.defaultUtilization,
       onNvidiaSmiUnavailable: options.onNvidiaSmiUnavailable,
+      nvidiaSmiTimeoutSeconds: options.nvidiaSmiTimeoutSeconds,
       registryLookup: options.registryLookup,
     },
     containers: result.containers.map(containerOf),

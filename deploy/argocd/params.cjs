@@ -31,6 +31,7 @@ const TOOL_OPTIONS = [
   'headroom-mib',
   'default-utilization',
   'on-nvidia-smi-unavailable',
+  'nvidia-smi-timeout-seconds',
   'container-names',
   'registry-lookup',
   'registry-platform',

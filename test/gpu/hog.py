@@ -1,6 +1,7 @@
 """A dying engine: holds a fraction of the GPU, and keeps it for a while after SIGTERM.
 
-  python3 hog.py --fraction 0.9 --hold-after-term 5 --ready FILE
+  python3 hog.py --fraction 0.9 --hold-after-term 5 --ready FILE [--device N]
+  --device N            the GPU to hold (index as CUDA numbers it in this process)
   --hold-after-term N   seconds to keep the memory after SIGTERM, then exit (releasing it)
   --hold-after-term -1  ignore SIGTERM: hold until SIGKILL (memory that never comes back)
 Writes FILE (JSON: pid, held bytes, free/total after allocating) once the memory is held.
@@ -16,13 +17,15 @@ p = argparse.ArgumentParser()
 p.add_argument("--fraction", type=float, default=0.9)
 p.add_argument("--hold-after-term", type=float, default=5.0)
 p.add_argument("--ready", required=True)
+p.add_argument("--device", type=int, default=0)
 a = p.parse_args()
 
 import torch  # noqa: E402  (after argument errors, which should not wait for CUDA)
 
+torch.cuda.set_device(a.device)
 free0, total = torch.cuda.mem_get_info()
 n = int(total * a.fraction)
-buf = torch.empty(n, dtype=torch.uint8, device="cuda")
+buf = torch.empty(n, dtype=torch.uint8, device=f"cuda:{a.device}")
 buf.zero_()  # touch it all
 torch.cuda.synchronize()
 free1, _ = torch.cuda.mem_get_info()
@@ -35,7 +38,7 @@ else:
 
 tmp = a.ready + ".tmp"
 with open(tmp, "w") as f:
-    json.dump({"pid": os.getpid(), "held_bytes": n, "free_before": free0, "free_after": free1, "total": total}, f)
+    json.dump({"pid": os.getpid(), "device": a.device, "held_bytes": n, "free_before": free0, "free_after": free1, "total": total}, f)
 os.rename(tmp, a.ready)
 
 while not terms:

@@ -7,6 +7,16 @@ that `nvidia-smi` is a shim counting queries into $NVSMI_LOG.
   no-preflight  the same start without the preflight: the bug, reproduced.
   timeout     memory never released: the preflight (timeout patched to --timeout-s) gives up loudly.
   cold        free GPU: time from start to exec, with and without the preflight.
+  slow        (with --faults-warn/--faults-fail) nvidia-smi delayed by the shim (NVSMI_DELAY)
+              past the per-query limit: warn starts the check loudly, fail exits 69 saying
+              nvidia-smi hung; delayed less than the limit: waits for the answer and passes,
+              on a free GPU and during the race.
+  sigterm     (with --faults-fail) SIGTERM while a slow query runs: exit 143 within 1 s,
+              as PID 1 (unshare --pid) where possible and as a plain process; no nvidia-smi
+              (nor the shim) left running afterwards.
+  two-gpu     only with >= 2 GPUs: one held, one free; CUDA_VISIBLE_DEVICES by index and by
+              UUID selecting the held or the free one, for the race, the cold start and the
+              timeout; and no CUDA_VISIBLE_DEVICES (sees both: must wait).
 """
 import argparse
 import json
@@ -34,11 +44,14 @@ p.add_argument("--hold", type=float, default=6.0, help="seconds the dying engine
 p.add_argument("--fraction", type=float, default=0.9, help="share of CUDA's total the dying engine holds")
 p.add_argument("--timeout-s", type=int, default=10)
 p.add_argument("--shells", default="/bin/sh", help="comma list; races repeat under the first, once under the others")
-p.add_argument("--only", default="race,no-preflight,timeout,cold")
+p.add_argument("--only", default="race,no-preflight,timeout,cold,slow,sigterm,two-gpu")
+p.add_argument("--work", default=None, help="per-run files (default OUT/work)")
+p.add_argument("--faults-warn", default=None, help="script rendered with on-unavailable warn and a short per-query limit")
+p.add_argument("--faults-fail", default=None, help="the same with on-unavailable fail")
 a = p.parse_args()
 
 os.makedirs(a.out, exist_ok=True)
-WORK = os.path.join(a.out, "work")
+WORK = a.work or os.path.join(a.out, "work")
 os.makedirs(WORK, exist_ok=True)
 SCRIPT = open(a.script).read()
 m = re.search(r"^util=([0-9.]+) ", SCRIPT, re.M)
@@ -69,11 +82,17 @@ def queries(path):
     return sum(1 for line in open(path) if "--query-gpu" in line)
 
 
-def start_hog(tag, hold):
+def start_hog(tag, hold, device=None):
     ready = os.path.join(WORK, f"{tag}.ready")
     errf = open(os.path.join(WORK, f"{tag}.hog.log"), "w")
-    hog = subprocess.Popen([PY, HOG, "--fraction", str(a.fraction), "--hold-after-term", str(hold), "--ready", ready],
-                           stdout=errf, stderr=subprocess.STDOUT)
+    cmd = [PY, HOG, "--fraction", str(a.fraction), "--hold-after-term", str(hold), "--ready", ready]
+    env = None
+    if device is not None:
+        cmd += ["--device", str(device)]
+        # CUDA numbers GPUs fastest first unless told to follow the PCI order nvidia-smi uses
+        env = {k: v for k, v in os.environ.items() if k != "CUDA_VISIBLE_DEVICES"}
+        env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
+    hog = subprocess.Popen(cmd, stdout=errf, stderr=subprocess.STDOUT, env=env)
     t = time.time()
     while not os.path.exists(ready):
         if hog.poll() is not None:
@@ -136,7 +155,7 @@ def race(tag, shell, preflight=True):
 
 def timeout_case():
     hog, info, box, th = start_hog("timeout", -1)
-    term_file = os.path.join(os.path.abspath(a.out), "termination-log")
+    term_file = os.path.join(os.path.abspath(WORK), "termination-log")
     if os.path.exists(term_file):
         os.remove(term_file)
     script = re.sub(r"timeout_s=\d+", f"timeout_s={a.timeout_s}", SCRIPT, count=1)
@@ -219,6 +238,277 @@ def cold(shell, n):
     return r
 
 
+
+
+# ---- faults: a slow nvidia-smi, SIGTERM during a query (issue 12) ----
+
+def script_text(path, tag):
+    """A fault script with its termination message redirected into WORK."""
+    term_file = os.path.join(os.path.abspath(WORK), f"{tag}.termination-log")
+    if os.path.exists(term_file):
+        os.remove(term_file)
+    text = re.sub(r"^msg_file=.*$", f"msg_file={term_file}", open(path).read(), count=1, flags=re.M)
+    return text, term_file
+
+
+def smi_limit(path):
+    m = re.search(r" smi_limit_s=(\d+)", open(path).read())
+    if not m:
+        sys.exit(f"no smi_limit_s= in {path}: render it with this version")
+    return int(m.group(1))
+
+
+def leftovers(tag):
+    """Live processes that inherited VRAM_PROOF_TAG=tag (the shim, python, nvidia-smi, sleeps)."""
+    found = []
+    marker = f"VRAM_PROOF_TAG={tag}\0".encode()
+    for e in os.listdir("/proc"):
+        if not e.isdigit():
+            continue
+        try:
+            if marker not in open(f"/proc/{e}/environ", "rb").read():
+                continue
+            stat = open(f"/proc/{e}/stat").read()
+            if stat[stat.rindex(")") + 2] == "Z":
+                continue
+            cmd = open(f"/proc/{e}/cmdline", "rb").read().replace(b"\0", b" ").decode(errors="replace").strip()
+            found.append(f"{e} {cmd[:80]}")
+        except OSError:
+            pass
+    return found
+
+
+def settle(tag, seconds):
+    end = time.time() + seconds
+    left = leftovers(tag)
+    while left and time.time() < end:
+        time.sleep(0.05)
+        left = leftovers(tag)
+    return left
+
+
+def slow_case(tag, path, delay, shell, hold=None):
+    """The fault script with every query delayed by `delay` s; with `hold`, during the race."""
+    text, term_file = script_text(path, tag)
+    limit = smi_limit(path)
+    smilog = os.path.join(WORK, f"{tag}.nvidia-smi.log")
+    res_path = os.path.join(WORK, f"{tag}.check.json")
+    env = dict(os.environ, NVSMI_LOG=smilog, NVSMI_DELAY=str(delay), VRAM_PROOF_TAG=tag)
+    hog = box = th = None
+    if hold is not None:
+        hog, _info, box, th = start_hog(tag, hold)
+        hog.send_signal(signal.SIGTERM)
+    t0 = time.time()
+    pr = subprocess.run([shell, "-ec", text, "--", PY, CHECK, "--util", UTIL, "--out", res_path],
+                        env=env, capture_output=True, text=True, timeout=limit * 4 + (hold or 0) + 120)
+    dt = time.time() - t0
+    if th is not None:
+        th.join(timeout=60)
+    chk = json.load(open(res_path)) if os.path.exists(res_path) else None
+    r = {
+        "tag": tag,
+        "shell": shell,
+        "script": os.path.basename(path),
+        "on_unavailable": re.search(r"on_unavailable=(\w+)", text).group(1),
+        "smi_limit_s": limit,
+        "nvidia_smi_delay_s": delay,
+        "hold_s": hold,
+        "exit_code": pr.returncode,
+        "duration_s": round(dt, 3),
+        "exec_happened": chk is not None,
+        "check_passed": bool(chk and chk["ok"]),
+        "nvidia_smi_queries": queries(smilog),
+        "preflight_lines": lines(pr.stderr),
+        "termination_message": open(term_file).read() if os.path.exists(term_file) else None,
+        "left_running_after_2s": settle(tag, 2.0),
+        "stderr_other": [l for l in pr.stderr.splitlines() if l and not l.startswith("vram-preflight:")][-10:],
+    }
+    log(json.dumps(r))
+    return r
+
+
+def slow_verdict(r):
+    lim = r["smi_limit_s"]
+    if r["left_running_after_2s"]:
+        return False
+    if r["nvidia_smi_delay_s"] > lim:
+        hung = any(f"nvidia-smi did not answer within {lim} s" in l for l in r["preflight_lines"])
+        if r["on_unavailable"] == "warn":
+            return hung and r["exit_code"] == 0 and r["check_passed"] and r["duration_s"] >= lim
+        return hung and r["exit_code"] == 69 and not r["exec_happened"] and bool(r["termination_message"]) \
+            and "did not answer" in r["termination_message"]
+    # under the limit: waits for the (slow) answer and passes; no warning
+    return r["exit_code"] == 0 and r["check_passed"] and not any("WARNING" in l for l in r["preflight_lines"]) \
+        and r["duration_s"] >= r["nvidia_smi_delay_s"]
+
+
+def can_unshare():
+    return subprocess.run(["unshare", "--pid", "--fork", "--kill-child", "true"], capture_output=True).returncode == 0
+
+
+def children(pid):
+    out = []
+    for e in os.listdir("/proc"):
+        if e.isdigit():
+            try:
+                stat = open(f"/proc/{e}/stat").read()
+                if int(stat[stat.rindex(")") + 2:].split()[1]) == pid:
+                    out.append(int(e))
+            except (OSError, ValueError):
+                pass
+    return out
+
+
+def sigterm_case(tag, path, shell, pid1, sig=signal.SIGTERM):
+    """SIGTERM (or SIGINT) while the first query is still running (delayed far past the limit)."""
+    text, term_file = script_text(path, tag)
+    limit = smi_limit(path)
+    delay = limit + 30  # the query would be killed at `limit`; the signal comes first
+    smilog = os.path.join(WORK, f"{tag}.nvidia-smi.log")
+    res_path = os.path.join(WORK, f"{tag}.check.json")
+    env = dict(os.environ, NVSMI_LOG=smilog, NVSMI_DELAY=str(delay), VRAM_PROOF_TAG=tag)
+    cmd = [shell, "-ec", text, "--", PY, CHECK, "--util", UTIL, "--out", res_path]
+    if pid1:
+        cmd = ["unshare", "--pid", "--fork", "--kill-child", *cmd]
+    pr = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    t0 = time.time()
+    while queries(smilog) < 1 and time.time() - t0 < 30:
+        time.sleep(0.01)
+    time.sleep(min(1.0, limit / 3))  # well inside the slow query
+    target = pr.pid
+    if pid1:
+        for _ in range(200):
+            kids = children(pr.pid)
+            if kids:
+                target = kids[0]
+                break
+            time.sleep(0.01)
+    in_query = any("time.sleep" in l for l in leftovers(tag))  # the shim, still delaying nvidia-smi
+    t_sig = time.time()
+    os.kill(target, sig)
+    try:
+        pr.wait(timeout=limit + 60)
+    except subprocess.TimeoutExpired:
+        pr.kill()
+    t_exit = time.time() - t_sig
+    left_at_exit = leftovers(tag)
+    left_1s = settle(tag, 1.0)
+    err = pr.stderr.read()  # after the checks: a process still running holds stderr open
+    left_after_limit = settle(tag, limit + 2.0)
+    r = {
+        "tag": tag,
+        "shell": shell,
+        "pid1": pid1,
+        "signal": signal.Signals(sig).name,
+        "smi_limit_s": limit,
+        "nvidia_smi_delay_s": delay,
+        "query_running_when_signalled": in_query,
+        "signal_to_exit_s": round(t_exit, 3),
+        "exit_code": pr.returncode,
+        "exec_happened": os.path.exists(res_path),
+        "nvidia_smi_queries": queries(smilog),
+        "preflight_lines": lines(err),
+        "left_running_at_exit": left_at_exit,
+        "left_running_1s_after_exit": left_1s,
+        "left_running_after_limit": left_after_limit,
+        "stderr_other": [l for l in err.splitlines() if l and not l.startswith("vram-preflight:")][-10:],
+    }
+    log(json.dumps(r))
+    return r
+
+
+def sigterm_verdict(r):
+    code = 143 if r["signal"] == "SIGTERM" else 130
+    ok = r["query_running_when_signalled"] and r["signal_to_exit_s"] < 1.0 and r["exit_code"] == code \
+        and not r["exec_happened"] and r["nvidia_smi_queries"] == 1 \
+        and r["preflight_lines"][-1:] == [f"vram-preflight: {r['signal']} while waiting for GPU memory, exiting"]
+    # as PID 1 the namespace ends with the shell; otherwise the query's own deadline ends it
+    ok &= not r["left_running_after_limit"] and (not r["pid1"] or not r["left_running_1s_after_exit"])
+    return ok
+
+
+# ---- two GPUs (issue 9 section 5): a container that sees both, one held ----
+
+def gpu_uuids():
+    out = subprocess.run([os.environ["NVSMI_REAL"], "--query-gpu=index,uuid", "--format=csv,noheader"],
+                         capture_output=True, text=True).stdout
+    return [l.split(", ")[1].strip() for l in out.splitlines() if ", " in l]
+
+
+def two_gpu():
+    uuids = gpu_uuids()
+    res = {"gpus": len(uuids)}
+    if len(uuids) < 2:
+        res["skipped"] = f"needs 2 GPUs, nvidia-smi lists {len(uuids)}"
+        log(json.dumps(res))
+        return res
+    held, free = 1, 0
+    selections = [
+        ("index-held", str(held), True), ("uuid-held", uuids[held], True),
+        ("index-free", str(free), False), ("uuid-free", uuids[free], False),
+        ("both", None, True),
+    ]
+    res["held_gpu"] = held
+    res["race"], res["cold"], res["timeout"] = [], [], []
+    for name, cvd, waits in selections:
+        # race: GPU `held` is released `hold` s after SIGTERM
+        tag = f"two-race-{name}"
+        hog, _info, box, th = start_hog(tag, a.hold, device=held)
+        smilog = os.path.join(WORK, f"{tag}.nvidia-smi.log")
+        res_path = os.path.join(WORK, f"{tag}.check.json")
+        env = dict(os.environ, NVSMI_LOG=smilog, CUDA_DEVICE_ORDER="PCI_BUS_ID")
+        env.pop("CUDA_VISIBLE_DEVICES", None)
+        if cvd is not None:
+            env["CUDA_VISIBLE_DEVICES"] = cvd
+        t_term = time.time()
+        hog.send_signal(signal.SIGTERM)
+        pr = subprocess.run([SHELLS[0], "-ec", SCRIPT, "--", PY, CHECK, "--util", UTIL, "--out", res_path],
+                            env=env, capture_output=True, text=True, timeout=a.hold + 300)
+        th.join(timeout=a.hold + 60)
+        chk = json.load(open(res_path)) if os.path.exists(res_path) else None
+        r = {"selection": name, "cuda_visible_devices": cvd, "expect_wait": waits, "exit_code": pr.returncode,
+             "check_passed": bool(chk and chk["ok"]), "queries": queries(smilog),
+             "exec_after_term_s": round(chk["t_exec"] - t_term, 3) if chk else None,
+             "t_release_after_term_s": round(box["t_exit"] - t_term, 3) if "t_exit" in box else None,
+             "preflight_lines": lines(pr.stderr)}
+        r["ok"] = r["exit_code"] == 0 and r["check_passed"] and (
+            (r["queries"] > 1 and r["exec_after_term_s"] >= a.hold * 0.8) if waits else r["queries"] == 1)
+        log(json.dumps(r))
+        res["race"].append(r)
+    for name, cvd, _ in selections:
+        tag = f"two-cold-{name}"
+        smilog = os.path.join(WORK, f"{tag}.nvidia-smi.log")
+        env = dict(os.environ, NVSMI_LOG=smilog, CUDA_DEVICE_ORDER="PCI_BUS_ID")
+        env.pop("CUDA_VISIBLE_DEVICES", None)
+        if cvd is not None:
+            env["CUDA_VISIBLE_DEVICES"] = cvd
+        pr = subprocess.run([SHELLS[0], "-ec", SCRIPT, "--", "true"], env=env, capture_output=True, text=True)
+        r = {"selection": name, "cuda_visible_devices": cvd, "exit_code": pr.returncode, "queries": queries(smilog),
+             "preflight_lines": lines(pr.stderr)}
+        r["ok"] = r["exit_code"] == 0 and r["queries"] == 1
+        log(json.dumps(r))
+        res["cold"].append(r)
+    hog, _info, box, th = start_hog("two-timeout", -1, device=held)
+    script = re.sub(r"timeout_s=\d+", f"timeout_s={a.timeout_s}", SCRIPT, count=1)
+    script = re.sub(r"^msg_file=.*$", f"msg_file={os.path.join(WORK, 'two-timeout.termination-log')}", script, count=1, flags=re.M)
+    for name, cvd, waits in selections:
+        smilog = os.path.join(WORK, f"two-timeout-{name}.nvidia-smi.log")
+        env = dict(os.environ, NVSMI_LOG=smilog, CUDA_DEVICE_ORDER="PCI_BUS_ID")
+        env.pop("CUDA_VISIBLE_DEVICES", None)
+        if cvd is not None:
+            env["CUDA_VISIBLE_DEVICES"] = cvd
+        t0 = time.time()
+        pr = subprocess.run([SHELLS[0], "-ec", script, "--", "true"], env=env, capture_output=True, text=True,
+                            timeout=a.timeout_s + 120)
+        r = {"selection": name, "cuda_visible_devices": cvd, "exit_code": pr.returncode,
+             "duration_s": round(time.time() - t0, 3), "queries": queries(smilog), "preflight_lines": lines(pr.stderr)}
+        r["ok"] = (r["exit_code"] == 75 and r["duration_s"] >= a.timeout_s) if waits else (r["exit_code"] == 0 and r["queries"] == 1)
+        log(json.dumps(r))
+        res["timeout"].append(r)
+    hog.kill()
+    th.join(timeout=60)
+    return res
+
 log("GPU before:", smi_free())
 if "race" in ONLY:
     results["race"] = [race(f"race{i + 1}", SHELLS[0]) for i in range(a.repeats)]
@@ -229,6 +519,22 @@ if "timeout" in ONLY:
     results["timeout"] = timeout_case()
 if "cold" in ONLY:
     results["cold"] = [cold(s, a.cold if i == 0 else max(3, a.cold // 2)) for i, s in enumerate(SHELLS)]
+if "slow" in ONLY and a.faults_warn and a.faults_fail:
+    lim = smi_limit(a.faults_fail)
+    UNDER = 1.0  # well under the per-query limit (4 s in the rendered set), python's start included
+    results["slow"] = []
+    for i, s in enumerate(SHELLS):
+        for path in (a.faults_warn, a.faults_fail):
+            results["slow"].append(slow_case(f"slow-over-{label(s)}-{i}-{os.path.basename(path)[17:21]}", path, lim + 2, s))
+        results["slow"].append(slow_case(f"slow-under-{label(s)}-{i}", a.faults_fail, UNDER, s))
+    results["slow"].append(slow_case("slow-under-race", a.faults_fail, UNDER, SHELLS[0], hold=a.hold))
+if "sigterm" in ONLY and a.faults_fail:
+    pid1s = [True, False] if can_unshare() else [False]
+    results["sigterm"] = [sigterm_case(f"sigterm-{label(s)}-{'pid1' if p1 else 'plain'}", a.faults_fail, s, p1)
+                          for s in SHELLS for p1 in pid1s]
+    results["sigterm"].append(sigterm_case(f"sigint-{label(SHELLS[0])}", a.faults_fail, SHELLS[0], pid1s[0], signal.SIGINT))
+if "two-gpu" in ONLY:
+    results["two_gpu"] = two_gpu()
 log("GPU after:", smi_free())
 
 with open(os.path.join(a.out, "results.json"), "w") as f:
@@ -246,5 +552,19 @@ if "timeout" in results:
 for c in results.get("cold", []):
     ok &= all(q == 1 for q in c["nvidia_smi_queries_per_start"]) and c["check_after_cold_start"]["exit_code"] == 0
     ok &= all(v["exit_code"] == 0 and v["queries"] == 1 for v in c["cuda_visible_devices"].values())
+for r in results.get("slow", []):
+    r["ok"] = slow_verdict(r)
+    ok &= r["ok"]
+for r in results.get("sigterm", []):
+    r["ok"] = sigterm_verdict(r)
+    ok &= r["ok"]
+tg = results.get("two_gpu", {})
+for k in ("race", "cold", "timeout"):
+    ok &= all(r["ok"] for r in tg.get(k, []))
+if "slow" in ONLY and not (a.faults_warn and a.faults_fail):
+    log("NOTE: no preflight-faults-{warn,fail}.sh next to the script: slow and sigterm proofs not run")
+    results["faults_not_run"] = True
+with open(os.path.join(a.out, "results.json"), "w") as f:
+    json.dump(results, f, indent=1)
 log("VERDICT:", "PASS" if ok else "FAIL")
 sys.exit(0 if ok else 1)

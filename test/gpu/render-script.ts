@@ -1,17 +1,21 @@
 /**
- * Writes a preflight script for the GPU proof (test/gpu/run-gpu-proof.sh).
- *   npx tsx test/gpu/render-script.ts [OUT_FILE] [--utilization 0.9] [--poll 0.25] [--timeout 120] [--headroom 0] [--log 5]
- * OUT_FILE defaults to test/gpu/out/preflight.sh (git-ignored via .git/info/exclude).
- * Any script works as the proof's input, e.g. args[0] of a container rewritten by the CLI
- * (see test/gpu/extract-script.py).
+ * Writes the preflight scripts for the GPU proof (test/gpu/run-gpu-proof.sh).
+ *   npx tsx test/gpu/render-script.ts                 # the proof's set, into test/gpu/out/
+ *   npx tsx test/gpu/render-script.ts OUT_FILE [--utilization 0.9] [--poll 0.25] [--timeout 120]
+ *       [--headroom 0] [--log 5] [--on-unavailable fail] [--smi-timeout 10]     # one script
+ * The set: preflight.sh (the race, cold start, timeout: on-unavailable fail, 10 s per query)
+ * and, next to it, preflight-faults-warn.sh and preflight-faults-fail.sh (4 s per query,
+ * for the slow-query and SIGTERM-during-a-query proofs). test/gpu/out/ is git-ignored:
+ * carry it to the GPU machine (it has no node). Any script works as the proof's input,
+ * e.g. args[0] of a container rewritten by the CLI (see test/gpu/extract-script.py).
  */
 import { mkdirSync, writeFileSync } from 'node:fs';
-import { dirname } from 'node:path';
-import { renderPreflightScript } from '../../src/preflight.js';
+import { dirname, join } from 'node:path';
+import { renderPreflightScript, type PreflightSettings } from '../../src/preflight.js';
 
 const argv = process.argv.slice(2);
 const opts: Record<string, string> = {};
-let out = 'test/gpu/out/preflight.sh';
+let out: string | undefined;
 for (let i = 0; i < argv.length; i++) {
   const a = argv[i]!;
   if (a.startsWith('--')) opts[a.slice(2)] = argv[++i] ?? '';
@@ -19,16 +23,33 @@ for (let i = 0; i < argv.length; i++) {
 }
 const num = (k: string, d: number): number => (opts[k] === undefined ? d : Number(opts[k]));
 
-const script = renderPreflightScript({
-  version: '0.1.0',
-  utilization: num('utilization', 0.9),
-  headroomMiB: num('headroom', 0),
-  timeoutSeconds: num('timeout', 120),
-  pollIntervalSeconds: num('poll', 0.25),
-  logIntervalSeconds: num('log', 5),
-  onNvidiaSmiUnavailable: 'fail',
-  terminationMessagePath: '/dev/termination-log',
-});
-mkdirSync(dirname(out), { recursive: true });
-writeFileSync(out, script);
-process.stderr.write(`wrote ${out} (${script.length} bytes)\n`);
+function settings(over: Partial<PreflightSettings> = {}): PreflightSettings {
+  return {
+    version: '0.1.0',
+    utilization: num('utilization', 0.9),
+    headroomMiB: num('headroom', 0),
+    timeoutSeconds: num('timeout', 120),
+    pollIntervalSeconds: num('poll', 0.25),
+    logIntervalSeconds: num('log', 5),
+    onNvidiaSmiUnavailable: (opts['on-unavailable'] ?? 'fail') as 'warn' | 'fail',
+    nvidiaSmiTimeoutSeconds: num('smi-timeout', 10),
+    terminationMessagePath: '/dev/termination-log',
+    ...over,
+  };
+}
+
+function write(file: string, s: PreflightSettings): void {
+  const script = renderPreflightScript(s);
+  mkdirSync(dirname(file), { recursive: true });
+  writeFileSync(file, script);
+  process.stderr.write(`wrote ${file} (${script.length} bytes)\n`);
+}
+
+if (out !== undefined) {
+  write(out, settings());
+} else {
+  const dir = 'test/gpu/out';
+  write(join(dir, 'preflight.sh'), settings());
+  write(join(dir, 'preflight-faults-warn.sh'), settings({ onNvidiaSmiUnavailable: 'warn', nvidiaSmiTimeoutSeconds: 4 }));
+  write(join(dir, 'preflight-faults-fail.sh'), settings({ onNvidiaSmiUnavailable: 'fail', nvidiaSmiTimeoutSeconds: 4 }));
+}

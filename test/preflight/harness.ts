@@ -21,6 +21,9 @@ export const BUSYBOX = which('busybox');
 export const SLEEP = which('sleep');
 export const UNSHARE = which('unshare');
 export const SHELLCHECK = which('shellcheck');
+export const SETPRIV = which('setpriv');
+export const MOUNT = which('mount');
+export const IS_ROOT = process.getuid?.() === 0;
 
 /** Applets the script (and the fakes) use, provided by busybox in the busybox variant. */
 const BUSYBOX_APPLETS = ['awk', 'sleep', 'date', 'cat', 'wc', 'kill', 'printf', 'sh', 'env', 'rm', 'mkdir'];
@@ -45,6 +48,10 @@ export interface Reading {
   rc?: number;
   /** Seconds the fake takes before it answers. */
   delay?: number;
+  /** Never answer (a wedged driver): the fake becomes a long sleep. */
+  hang?: boolean;
+  /** While hanging, ignore SIGTERM (only KILL ends it). */
+  ignoreTerm?: boolean;
 }
 
 export const TOTAL = 143771;
@@ -85,12 +92,34 @@ export interface RunOptions {
   noAwk?: boolean;
   /** Omit the engine from the argv (nothing after `--`). */
   noCommand?: boolean;
+  /** Replace the start after `--` (engine path and args) entirely. */
+  start?: string[];
+  /** The --query-compute-apps call hangs too. */
+  appsHang?: boolean;
+  /**
+   * Locked-down container (needs root, or --map-root-user): a mount namespace where every
+   * mount is read-only except the run's own directory (records of the fakes, the termination
+   * message), bin/ is read-only too, cwd is /, HOME does not exist and TMPDIR is unset.
+   */
+  lockdown?: boolean;
+  /** With lockdown: run the shell as uid/gid 65534 (needs real root). */
+  nonRoot?: boolean;
+  /** With lockdown: hide /proc (an empty tmpfs over it), so /proc/uptime is missing. */
+  noProc?: boolean;
+  /** Extra shell commands run (as root, in the namespace) before the shell starts. */
+  setup?: string;
+  /** Replace the PATH tail (after the fake bin dir). */
+  pathTail?: string;
+  /** A fake `date` first on PATH: 'jumps' prints 1000, then 87400 (set a day forward), then 50 (set back) from then on; 'broken' fails. */
+  fakeDate?: 'jumps' | 'broken';
 }
 
 export interface Run {
   dir: string;
   child: ChildProcess;
   done: Promise<Result>;
+  /** performance.now() when the shell (or unshare) exited; `done` also waits for its stdout and stderr to close. */
+  exited: Promise<number>;
   /** Host pid of the shell (for pid1 runs: the child of unshare). */
   shellPid(): Promise<number>;
   queries(): string[];
@@ -107,6 +136,12 @@ export interface Result {
   queries: string[];
   appsQueries: number;
   sleeps: string[];
+  /** Poll-interval sleeps (the deadline's sleeps, whose stdout is /dev/null, are in deadlineSleeps). */
+  deadlineSleeps: string[];
+  /** Host-side pids of every fake nvidia-smi started (for orphan checks use leftovers()). */
+  smiPids: number[];
+  /** Files in the run directory after the run (names only). */
+  files: string[];
   /** argv the engine got (undefined when the engine never ran). */
   engineArgv?: string[];
   engineEnv?: Record<string, string>;
@@ -139,6 +174,8 @@ function readNul(path: string): string[] | undefined {
 export function start(shell: ShellKind, opts: RunOptions = {}): Run {
   const dir = mkdtempSync(join(tmpdir(), 'vram-preflight-'));
   tempDirs.push(dir);
+  if (opts.nonRoot) chmodSync(dir, 0o777);
+  else if (opts.lockdown) chmodSync(dir, 0o755);
   const bin = join(dir, 'bin');
   const bbdir = join(dir, 'busybox-bin');
   spawnSync('mkdir', ['-p', bin, bbdir]);
@@ -154,6 +191,7 @@ export function start(shell: ShellKind, opts: RunOptions = {}): Run {
     writeFileSync(join(dir, `reading.${i + 1}`), r.out);
     writeFileSync(join(dir, `reading.${i + 1}.rc`), String(r.rc ?? 0));
     writeFileSync(join(dir, `reading.${i + 1}.delay`), String(r.delay ?? 0));
+    writeFileSync(join(dir, `reading.${i + 1}.hang`), r.hang ? (r.ignoreTerm ? 'ignore-term' : 'hang') : '');
   });
   writeFileSync(join(dir, 'apps'), opts.apps ?? '');
 
@@ -164,10 +202,15 @@ export function start(shell: ShellKind, opts: RunOptions = {}): Run {
       join(bin, 'nvidia-smi'),
       `#!/bin/sh
 D=${sh(dir)}
-case "$*" in *--query-compute-apps*) echo x >>"$D/apps-calls"; cat "$D/apps"; exit 0 ;; esac
+echo $$ >>"$D/smi-pids"
+case "$*" in *--query-compute-apps*) echo x >>"$D/apps-calls"; ${opts.appsHang ? `exec ${realSleep} 100000 ;;` : 'cat "$D/apps"; exit 0 ;;'} esac
 echo "$*" >>"$D/queries"
 n=$(wc -l <"$D/queries"); n=$((n))
 [ -f "$D/reading.$n" ] || n=${readings.length}
+case $(cat "$D/reading.$n.hang") in
+hang) exec ${realSleep} 100000 ;;
+ignore-term) trap '' TERM; exec ${realSleep} 100000 ;;
+esac
 ${realSleep} "$(cat "$D/reading.$n.delay")"
 cat "$D/reading.$n"
 exit "$(cat "$D/reading.$n.rc")"
@@ -178,11 +221,24 @@ exit "$(cat "$D/reading.$n.rc")"
   writeFileSync(
     join(bin, 'sleep'),
     `#!/bin/sh
-echo "$*" >>${sh(join(dir, 'sleeps'))}
+# the preflight's query deadline runs sleep with stdout on /dev/null; the pause between polls does not
+if [ /proc/self/fd/1 -ef /dev/null ]; then echo "$*" >>${sh(join(dir, 'deadline-sleeps'))}; else echo "$*" >>${sh(join(dir, 'sleeps'))}; fi
 ${opts.sleepIntegerOnly ? `case "$1" in *.*) echo "sleep: invalid number '$1'" >&2; exit 1 ;; esac\n` : ''}exec ${realSleep} "$@"
 `,
   );
   chmodSync(join(bin, 'sleep'), 0o755);
+  if (opts.fakeDate) {
+    writeFileSync(
+      join(bin, 'date'),
+      opts.fakeDate === 'broken'
+        ? '#!/bin/sh\necho "date: broken" >&2\nexit 1\n'
+        : `#!/bin/sh
+echo x >>${sh(join(dir, 'date-calls'))}
+case $(wc -l <${sh(join(dir, 'date-calls'))}) in 1) echo 1000 ;; 2) echo 87400 ;; *) echo 50 ;; esac
+`,
+    );
+    chmodSync(join(bin, 'date'), 0o755);
+  }
   const engine = join(dir, 'engine');
   writeFileSync(
     engine,
@@ -195,7 +251,7 @@ echo $$ >${sh(join(dir, 'engine-pid'))}
   );
   chmodSync(engine, 0o755);
 
-  let pathTail = '/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin';
+  let pathTail = opts.pathTail ?? '/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin';
   if (shell.busyboxOnly) {
     for (const a of BUSYBOX_APPLETS) spawnSync('ln', ['-s', BUSYBOX, join(bbdir, a)]);
     pathTail = bbdir;
@@ -209,19 +265,44 @@ echo $$ >${sh(join(dir, 'engine-pid'))}
   const env: Record<string, string> = {
     PATH: `${bin}:${pathTail}`,
     LC_ALL: 'C',
-    HOME: dir,
+    HOME: opts.lockdown ? '/nonexistent-home' : dir,
     ENGINE_MARKER: 'kept',
+    // every process of this run inherits it: how leftovers() finds what is still running
+    VRAM_PREFLIGHT_TEST_RUN: dir,
     ...opts.env,
   };
+  if (opts.lockdown) chmodSync(bin, 0o755);
 
-  const argv = [...shell.argv, '-ec', script, '--', ...(opts.noCommand ? [] : [engine, ...(opts.args ?? [])])];
-  const cmd = opts.pid1 ? [UNSHARE, '--pid', '--fork', '--kill-child', ...(process.getuid?.() === 0 ? [] : ['--map-root-user']), ...argv] : argv;
+  writeFileSync(join(dir, 'not-executable'), '#!/bin/sh\n', { mode: 0o644 });
+  // `{dir}` in opts.start stands for the run directory
+  const startArgv = opts.start?.map((a) => a.replace('{dir}', dir)) ?? (opts.noCommand ? [] : [engine, ...(opts.args ?? [])]);
+  let argv = [...shell.argv, '-ec', script, '--', ...startArgv];
+  if (opts.lockdown) {
+    // sh -c SETUP -- argv: SETUP ends by exec-ing argv, so the shell under test stays PID 1.
+    const setup = [
+      `D=${sh(dir)}`,
+      `${MOUNT} --bind "$D" "$D"`,
+      `${MOUNT} --bind "$D/bin" "$D/bin"`,
+      `${MOUNT} -o remount,bind,ro "$D/bin"`,
+      // every other mount read-only (/, /tmp, /dev, /dev/shm, ...): /dev/null stays usable, being a device
+      `for m in $(awk '{print $2}' /proc/mounts); do case $m in "$D"|"$D"/*) ;; *) ${MOUNT} -o remount,bind,ro "$m" 2>/dev/null || : ;; esac; done`,
+      ...(opts.noProc ? [`${MOUNT} -t tmpfs -o ro,size=4k none /proc`] : []),
+      ...(opts.setup ? [opts.setup] : []),
+      'cd /',
+      'unset TMPDIR',
+      opts.nonRoot ? `exec ${SETPRIV} --reuid=65534 --regid=65534 --clear-groups -- "$@"` : 'exec "$@"',
+    ].join('\n');
+    argv = ['/bin/sh', '-ec', setup, '--', ...argv];
+  }
+  const ns = opts.lockdown ? ['--mount'] : [];
+  const cmd = opts.pid1 || opts.lockdown ? [UNSHARE, '--pid', '--fork', '--kill-child', ...ns, ...(IS_ROOT ? [] : ['--map-root-user']), ...argv] : argv;
   const t0 = performance.now();
   const child = spawn(cmd[0]!, cmd.slice(1), { env, cwd: dir, stdio: ['ignore', 'pipe', 'pipe'] });
   let stdout = '';
   let stderr = '';
   child.stdout!.on('data', (b: Buffer) => (stdout += b.toString()));
   child.stderr!.on('data', (b: Buffer) => (stderr += b.toString()));
+  const exited = new Promise<number>((resolve) => child.on('exit', () => resolve(performance.now())));
   const done = new Promise<Result>((resolve, reject) => {
     child.on('error', reject);
     child.on('close', (code, signal) => {
@@ -238,6 +319,9 @@ echo $$ >${sh(join(dir, 'engine-pid'))}
         queries: readLines(join(dir, 'queries')),
         appsQueries: readLines(join(dir, 'apps-calls')).length,
         sleeps: readLines(join(dir, 'sleeps')),
+        deadlineSleeps: readLines(join(dir, 'deadline-sleeps')),
+        smiPids: readLines(join(dir, 'smi-pids')).map(Number),
+        files: existsSync(dir) ? readdirSync(dir).sort() : [],
         engineArgv: readNul(join(dir, 'engine-argv')),
         engineEnv: envList && Object.fromEntries(envList.map((kv) => [kv.slice(0, kv.indexOf('=')), kv.slice(kv.indexOf('=') + 1)])),
         enginePid: existsSync(join(dir, 'engine-pid')) ? Number(readFileSync(join(dir, 'engine-pid'), 'utf8')) : undefined,
@@ -250,6 +334,7 @@ echo $$ >${sh(join(dir, 'engine-pid'))}
     dir,
     child,
     done,
+    exited,
     queries: () => readLines(join(dir, 'queries')),
     shellPid: async () => {
       if (!opts.pid1) return child.pid!;
@@ -311,6 +396,34 @@ export function isAlive(pid: number): boolean {
   } catch {
     return false;
   }
+}
+
+/** Host pids of processes that are still running (not zombies) and belong to the run in `dir`. */
+export function leftovers(dir: string): Array<{ pid: number; cmd: string }> {
+  const out: Array<{ pid: number; cmd: string }> = [];
+  const marker = `VRAM_PREFLIGHT_TEST_RUN=${dir}\0`;
+  for (const e of readdirSync('/proc')) {
+    if (!/^\d+$/.test(e)) continue;
+    try {
+      if (!readFileSync(`/proc/${e}/environ`, 'latin1').includes(marker)) continue;
+      if (!isAlive(Number(e))) continue;
+      out.push({ pid: Number(e), cmd: readFileSync(`/proc/${e}/cmdline`, 'latin1').split('\0').join(' ').trim() });
+    } catch {
+      // ended while we looked, or not ours to read
+    }
+  }
+  return out;
+}
+
+/** Waits until nothing of the run in `dir` is left running; returns what is still there after `ms`. */
+export async function settle(dir: string, ms = 2000): Promise<Array<{ pid: number; cmd: string }>> {
+  const end = performance.now() + ms;
+  let left = leftovers(dir);
+  while (left.length > 0 && performance.now() < end) {
+    await delay(50);
+    left = leftovers(dir);
+  }
+  return left;
 }
 
 /** The judge awk program inside a rendered script (the text between `judge='` and the closing `'`). */

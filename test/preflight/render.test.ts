@@ -8,7 +8,9 @@ import fc from 'fast-check';
 import {
   PREFLIGHT_LIMITS,
   PREFLIGHT_MARKER_PREFIX,
+  checkPreflightOptions,
   renderPreflightScript,
+  roundUtilizationUp,
   type PreflightSettings,
 } from '../../src/preflight.js';
 import { PreflightError } from '../../src/errors.js';
@@ -22,6 +24,7 @@ const variants: PreflightSettings[] = [
   { ...base, utilization: 0.05, headroomMiB: 1024, pollIntervalSeconds: 0.25, timeoutSeconds: 900 },
   { ...base, utilization: 0.123456, pollIntervalSeconds: 2, logIntervalSeconds: 60, version: '1.2.3-rc.1+build.5' },
   { ...base, terminationMessagePath: '/tmp/x/termination_log-1.txt' },
+  { ...base, utilization: 'from-args', nvidiaSmiTimeoutSeconds: 30 },
 ];
 
 /** Kubernetes' expansion of command/args: $$ -> $, $(NAME) -> the variable's value. */
@@ -53,7 +56,7 @@ describe('renderPreflightScript text', () => {
 
   it('writes the settings into one readable line', () => {
     const s = renderPreflightScript(variants[2]!);
-    expect(s).toContain('util=0.05 headroom_mib=1024 timeout_s=900 poll_s=0.25 log_s=5 on_unavailable=warn\n');
+    expect(s).toContain('util=0.05 headroom_mib=1024 timeout_s=900 poll_s=0.25 log_s=5 on_unavailable=warn smi_limit_s=10\n');
     expect(s).toContain('msg_file=/dev/termination-log\n');
   });
 
@@ -73,12 +76,37 @@ describe('renderPreflightScript text', () => {
     expect(kubeExpand('a $(HOME) $$ $(NOPE) $x', { HOME: '/x' })).toBe('a /x $ $(NOPE) $x');
   });
 
-  it('is compact: under 5 KiB, and comments are few', () => {
+  it('stays small: under 12 KiB (an arg of every wrapped container), comments under a third of the shell lines', () => {
     for (const v of variants) {
       const s = renderPreflightScript(v);
-      expect(s.length).toBeLessThan(5120);
-      expect(s.split('\n').filter((l) => l.startsWith('#')).length).toBeLessThanOrEqual(8);
+      expect(s.length).toBeLessThan(12 * 1024);
+      const lines = s.split('\n');
+      expect(lines.filter((l) => l.startsWith('#')).length).toBeLessThanOrEqual(45);
     }
+  });
+
+  it('writes nothing but the termination message: every file redirection goes to $msg_file or /dev/null', () => {
+    for (const v of variants) {
+      // the shell text only: drop the awk programs (their > are comparisons or prints to stdout)
+      const shell = renderPreflightScript(v)
+        .replace(/'[^']*'/g, "''")
+        .split('\n')
+        .filter((l) => !l.startsWith('#') && !l.startsWith('msg_file='))
+        .join('\n');
+      const targets = [...shell.matchAll(/\d?>>?\s*(&\d|"[^"]*"|[^\s;|&)`]+)/g)].map((m) => m[1]);
+      expect(targets.length).toBeGreaterThan(3);
+      for (const t of targets) expect(['&1', '&2', '/dev/null', '"$msg_file"']).toContain(t);
+      expect(shell).not.toMatch(/<</); // no here-documents: some shells put them in temp files
+      expect(shell).not.toMatch(/mktemp|mkfifo|TMPDIR|\/tmp/);
+    }
+  });
+
+  it('cuts the first query\'s limit to the whole timeout, at least 2 s', () => {
+    expect(renderPreflightScript({ ...base, timeoutSeconds: 30 })).toMatch(/ lim=10 /);
+    expect(renderPreflightScript({ ...base, timeoutSeconds: 5 })).toMatch(/ lim=5 /);
+    expect(renderPreflightScript({ ...base, timeoutSeconds: 1 })).toMatch(/ lim=2 /);
+    expect(renderPreflightScript({ ...base, timeoutSeconds: 1, nvidiaSmiTimeoutSeconds: 1 })).toMatch(/ lim=1 /);
+    expect(renderPreflightScript({ ...base, nvidiaSmiTimeoutSeconds: 20 })).toMatch(/smi_limit_s=20\n/);
   });
 
   it.each(['sh', 'dash', 'bash'])('passes shellcheck -s %s for several settings', (dialect) => {
@@ -110,9 +138,11 @@ describe('renderPreflightScript validation', () => {
     ['utilization', 1.0000001],
     ['utilization', 1.5],
     ['utilization', Infinity],
-    ['utilization', 0.1234567],
-    ['utilization', 1e-7],
     ['utilization', '0.9'],
+    ['utilization', 'from-arg'],
+    ['nvidiaSmiTimeoutSeconds', 0],
+    ['nvidiaSmiTimeoutSeconds', 1.5],
+    ['nvidiaSmiTimeoutSeconds', PREFLIGHT_LIMITS.nvidiaSmiTimeoutSecondsMax + 1],
     ['headroomMiB', -1],
     ['headroomMiB', 1.5],
     ['headroomMiB', NaN],
@@ -167,12 +197,124 @@ describe('renderPreflightScript validation', () => {
     expect((err as PreflightError).details.fix).toContain(key);
   });
 
+  it('rounds the utilization UP to 6 decimals, so any number of decimals works', () => {
+    expect(renderPreflightScript({ ...base, utilization: 0.1234567 })).toMatch(/^util=0\.123457 /m);
+    expect(renderPreflightScript({ ...base, utilization: 0.1234561 })).toMatch(/^util=0\.123457 /m);
+    expect(renderPreflightScript({ ...base, utilization: 0.123456 })).toMatch(/^util=0\.123456 /m);
+    expect(renderPreflightScript({ ...base, utilization: 1e-7 })).toMatch(/^util=0\.000001 /m);
+    expect(renderPreflightScript({ ...base, utilization: 0.9999999 })).toMatch(/^util=1 /m);
+    expect(renderPreflightScript({ ...base, utilization: 0.9 })).toMatch(/^util=0\.9 /m);
+    expect(renderPreflightScript({ ...base, utilization: 'from-args' })).toMatch(/^util=from-args /m);
+  });
+
+  it('checkPreflightOptions throws what renderPreflightScript would, for the options alone', () => {
+    const ok = { timeoutSeconds: 300, pollIntervalSeconds: 1, logIntervalSeconds: 10, headroomMiB: 0, onNvidiaSmiUnavailable: 'warn' };
+    expect(() => checkPreflightOptions(ok)).not.toThrow();
+    expect(() => checkPreflightOptions({ ...ok, nvidiaSmiTimeoutSeconds: 10 })).not.toThrow();
+    for (const [key, value] of [
+      ['pollIntervalSeconds', 0.0155],
+      ['timeoutSeconds', 0],
+      ['logIntervalSeconds', 1.5],
+      ['headroomMiB', -1],
+      ['onNvidiaSmiUnavailable', 'ignore'],
+      ['nvidiaSmiTimeoutSeconds', 0],
+    ] as const) {
+      let fromCheck: unknown;
+      let fromRender: unknown;
+      try {
+        checkPreflightOptions({ ...ok, [key]: value });
+      } catch (e) {
+        fromCheck = e;
+      }
+      try {
+        renderPreflightScript({ ...base, [key]: value } as PreflightSettings);
+      } catch (e) {
+        fromRender = e;
+      }
+      expect(fromCheck).toBeInstanceOf(PreflightError);
+      expect((fromCheck as PreflightError).code).toBe('BAD_OPTION');
+      expect((fromCheck as PreflightError).message).toBe((fromRender as PreflightError).message);
+    }
+  });
+
   it('accepts the edges', () => {
     expect(() => renderPreflightScript({ ...base, utilization: 1 })).not.toThrow();
     expect(() => renderPreflightScript({ ...base, utilization: 0.000001 })).not.toThrow();
     expect(() => renderPreflightScript({ ...base, headroomMiB: 0 })).not.toThrow();
     expect(() => renderPreflightScript({ ...base, pollIntervalSeconds: 0.01 })).not.toThrow();
     expect(() => renderPreflightScript({ ...base, timeoutSeconds: 1 })).not.toThrow();
+  });
+});
+
+describe('utilization read at run time: the script\'s awk agrees with roundUtilizationUp', () => {
+  const program = /^util=`awk -v v="\$u_raw" '([^']*)'`/m.exec(renderPreflightScript({ ...base, utilization: 'from-args' }))![1]!;
+  const awks: Array<[string, string[]]> = [
+    ['awk (system)', ['awk']],
+    ['busybox awk', [BUSYBOX, 'awk']],
+  ];
+  function awkRound(awk: string[], v: string): string | undefined {
+    const r = spawnSync(awk[0]!, [...awk.slice(1), '-v', `v=${v}`, program], { encoding: 'utf8' });
+    return r.status === 0 ? r.stdout.trim() : undefined;
+  }
+
+  it.each([
+    ['0.9', '0.9'],
+    ['.9', '0.9'],
+    ['9e-1', '0.9'],
+    ['0.1234567', '0.123457'],
+    ['0.0000001', '0.000001'],
+    ['1', '1'],
+    ['1.', '1'],
+    ['001.000', '1'],
+    ['+0.5', '0.5'],
+    ['1e0', '1'],
+    ['10E-1', '1'],
+    ['0.00000000000000000000001', '0.000001'],
+    ['1e-400', '0.000001'],
+    ['1.0000001', undefined],
+    ['0', undefined],
+    ['0.0e5', undefined],
+    ['-0.5', undefined],
+    ['1e400', undefined],
+    ['', undefined],
+    ['.', undefined],
+    ['e1', undefined],
+    ['0.5e', undefined],
+    ['0,5', undefined],
+    ['inf', undefined],
+    ['0x1', undefined],
+    [' 0.5', undefined],
+  ])('%j -> %s', (v, want) => {
+    if (v.trim() === v) expect(roundUtilizationUp(v)).toBe(want);
+    for (const [, awk] of awks) expect(awkRound(awk, v)).toBe(want);
+  });
+
+  it.each(awks)('%s: agrees on random spellings', (_name, awk) => {
+    const spelled = fc.tuple(
+      fc.constantFrom('', '+', '-'),
+      fc.stringMatching(/^[0-9]{0,4}$/),
+      fc.constantFrom('', '.'),
+      fc.stringMatching(/^[0-9]{0,12}$/),
+      fc.option(fc.tuple(fc.constantFrom('e', 'E'), fc.constantFrom('', '+', '-'), fc.integer({ min: 0, max: 12 })), { nil: undefined }),
+    ).map(([sign, i, dot, f, e]) => `${sign}${i}${dot}${f}${e ? `${e[0]}${e[1]}${e[2]}` : ''}`);
+    fc.assert(
+      fc.property(spelled, (v) => {
+        expect(awkRound(awk, v)).toBe(roundUtilizationUp(v));
+      }),
+      { numRuns: 150 },
+    );
+  });
+
+  it('rounds up exactly: never below the value, less than 1e-6 above it', () => {
+    fc.assert(
+      fc.property(fc.integer({ min: 1, max: 10 ** 9 }), (n) => {
+        const v = n / 10 ** 9;
+        const got = Number(roundUtilizationUp(String(v)));
+        expect(got).toBeGreaterThanOrEqual(v);
+        expect(got - v).toBeLessThan(1e-6 + 1e-15);
+      }),
+      { numRuns: 300 },
+    );
   });
 });
 
