@@ -98,6 +98,7 @@ const stderr = {
 
 const WHY: Record<string, string> = {
   EPIPE: 'the reading end of the pipe was closed',
+  ECONNRESET: 'the reading end of the socket was closed',
   ENOSPC: 'no space left on the device',
   EBADF: 'stdout is closed',
   EDQUOT: 'disk quota exceeded',
