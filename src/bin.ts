@@ -12,7 +12,7 @@
  * EBADF: stdout closed) ends the run with ONE line on stderr and exit code 74
  * (EX_IOERR of sysexits.h), whatever the CLI decided: the output is incomplete.
  */
-import { readFileSync, readlinkSync, readSync, writeFileSync, writeSync } from 'node:fs';
+import { fstatSync, readFileSync, readlinkSync, readSync, writeFileSync, writeSync } from 'node:fs';
 import { main } from './cli.js';
 
 export { warmUp } from './warmup.js';
@@ -110,7 +110,15 @@ const WHY: Record<string, string> = {
  * doubling for a pipe). A non-blocking stdin (EAGAIN) continues through process.stdin.
  */
 function readStdin(): Buffer | Promise<Buffer> {
-  let buffer = Buffer.allocUnsafe(1 << 16);
+  let size = 0;
+  try {
+    const stat = fstatSync(0);
+    if (stat.isFile()) size = stat.size;
+  } catch {
+    // not a file: grow as it comes
+  }
+  // A file: its size (+1 to see the end in one read). A pipe: 64 KiB, doubled as needed.
+  let buffer = Buffer.allocUnsafe(Math.max(size + 1, 1 << 16));
   let length = 0;
   for (;;) {
     if (length === buffer.length) {
@@ -142,9 +150,11 @@ async function readRest(head: Buffer): Promise<Buffer> {
 /** Input size from which V8's optimising tier pays for itself (see src/launcher.ts). */
 const OPTIMISE_FROM_BYTES = 1 << 20;
 
+const launcher = globalThis as Record<symbol, (() => void) | undefined>;
+
 function liftTieringCapFor(input: Buffer): Buffer {
   if (input.length >= OPTIMISE_FROM_BYTES) {
-    (globalThis as Record<symbol, (() => void) | undefined>)[Symbol.for('vram-preflight.lift-tiering-cap')]?.();
+    launcher[Symbol.for('vram-preflight.lift-tiering-cap')]?.();
   }
   return input;
 }
