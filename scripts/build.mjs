@@ -15,7 +15,7 @@
 //                                          tiers (for measurements; src/launcher.ts)
 import { build } from 'esbuild';
 import { createHash } from 'node:crypto';
-import { chmodSync, mkdirSync, readFileSync, statSync, writeFileSync } from 'node:fs';
+import { chmodSync, mkdirSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { builtinModules } from 'node:module';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -141,6 +141,12 @@ export async function buildBundle({ outfile = defaultOutfile, quiet = false, ana
 
   writeFileSync(outfile, text);
   chmodSync(outfile, 0o755);
+  // Code caches of earlier builds at this path (src/launcher.ts names them
+  // <name>.<hash16>.node-….v8cache) can never be used again.
+  const stem = path.basename(outfile).replace(/\.c?js$/, '');
+  for (const f of readdirSync(path.dirname(outfile))) {
+    if (f.startsWith(`${stem}.`) && f.endsWith('.v8cache') && !f.startsWith(`${stem}.${hash}.`)) rmSync(path.join(path.dirname(outfile), f), { force: true });
+  }
   const size = statSync(outfile).size;
   if (!quiet) {
     process.stdout.write(`build: ${path.relative(root, outfile)} ${(size / 1024).toFixed(1)} KiB\n`);

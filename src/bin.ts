@@ -150,18 +150,21 @@ async function readRest(head: Buffer): Promise<Buffer> {
 /** Input size from which V8's optimising tier pays for itself (see src/launcher.ts). */
 const OPTIMISE_FROM_BYTES = 1 << 20;
 
-const launcher = globalThis as Record<symbol, (() => void) | undefined>;
-
-function liftTieringCapFor(input: Buffer): Buffer {
-  if (input.length >= OPTIMISE_FROM_BYTES) {
-    launcher[Symbol.for('vram-preflight.lift-tiering-cap')]?.();
+/**
+ * A short run that will parse something (the pre-filter only parses documents
+ * that mention vLLM): no optimising compiler, whose background work would
+ * cost more CPU time than it saves. A performance hint only.
+ */
+function capTieringFor(input: Buffer): Buffer {
+  if (input.length < OPTIMISE_FROM_BYTES && /vllm/i.test(input.toString('latin1'))) {
+    (globalThis as Record<symbol, (() => void) | undefined>)[Symbol.for('vram-preflight.cap-tiering')]?.();
   }
   return input;
 }
 
 main(process.argv.slice(2), {
   stdin: (async function* () {
-    yield liftTieringCapFor(await readStdin());
+    yield capTieringFor(await readStdin());
   })(),
   stdout,
   stderr,

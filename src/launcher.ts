@@ -37,12 +37,11 @@
  *
  * Tiering: a run of ~100 ms gains nothing from TurboFan, whose background
  * compilation of the YAML lexer costs more CPU time than it saves (more so
- * with a code cache, which lets it inline more). So the launcher caps V8's
- * tiers at Sparkplug (`--max-opt=1`) before the app is compiled, and the app
- * lifts the cap when its input is large enough for optimised code to pay
- * (src/bin.ts). Not done when the user chose tiering flags. The cap is set
- * again before the cache is written, so that the flags V8 records in the
- * cache are those of the next run's start.
+ * with a code cache, which lets it inline more). So the app asks the launcher
+ * to cap V8's tiers at Sparkplug (`--max-opt=1`) when its input is small but
+ * has something to parse (src/bin.ts). Not done when the user chose tiering
+ * flags. The cap is lifted again before the cache is written, so that the
+ * flags V8 records in the cache are those it sees at the next run's start.
  */
 import { accessSync, constants, readFileSync, renameSync, unlinkSync, writeFileSync } from 'node:fs';
 import { basename, dirname, join } from 'node:path';
@@ -71,13 +70,17 @@ function fnv1a(text: string): string {
   return (h >>> 0).toString(16).padStart(8, '0');
 }
 
-const capTiering = __VRAM_PREFLIGHT_TIERING_CAP__ && !/--(no-)?(opt|max-opt|jitless|sparkplug|maglev|turbofan|always-opt)\b/.test(nodeFlags);
-// eslint-disable-next-line @typescript-eslint/no-require-imports
-const setFlags = capTiering ? (require('node:v8') as typeof import('node:v8')).setFlagsFromString : undefined;
-if (setFlags) {
+const userTiering = /--(no-)?(opt|max-opt|jitless|sparkplug|maglev|turbofan|always-opt)\b/.test(nodeFlags);
+let setFlags: ((flags: string) => void) | undefined;
+// Called by the app once it knows the run is short but will parse (src/bin.ts).
+// Not before: loading node:v8 costs ~5 ms, and V8 must see the same flags when
+// it checks the cache (at compile time) as when it wrote it (at exit).
+(globalThis as Record<symbol, unknown>)[Symbol.for('vram-preflight.cap-tiering')] = () => {
+  if (!__VRAM_PREFLIGHT_TIERING_CAP__ || userTiering || setFlags) return;
+  // eslint-disable-next-line @typescript-eslint/no-require-imports
+  setFlags = (require('node:v8') as typeof import('node:v8')).setFlagsFromString;
   setFlags('--max-opt=1');
-  (globalThis as Record<symbol, unknown>)[Symbol.for('vram-preflight.lift-tiering-cap')] = () => setFlags('--max-opt=999');
-}
+};
 
 let cachedData: Buffer | undefined;
 if (enabled) {
@@ -110,7 +113,7 @@ if (write) {
       .then(() => {
         const tmp = `${cacheFile}.${process.pid}.tmp`;
         try {
-          setFlags?.('--max-opt=1');
+          setFlags?.('--max-opt=999'); // the default: the flags V8 saw at compile time
           writeFileSync(tmp, script.createCachedData(), { mode: 0o644 });
           renameSync(tmp, cacheFile);
         } catch {
