@@ -207,21 +207,25 @@ if (only.includes('b')) {
   const helm4 = path.join(root, '.cache/helm/v4/helm');
   if (!existsSync(helm3) || !existsSync(helm4)) spawnSync('bash', [path.join(root, 'scripts/fetch-helm.sh')], { stdio: 'inherit' });
   const chart = path.join(root, 'test/charts/inference-zoo');
-  const home = path.join(work, 'helm');
-  const env = {
-    ...Object.fromEntries(Object.entries(baseEnv).filter(([k]) => !k.startsWith('HELM_'))),
-    HOME: home,
-    HELM_DATA_HOME: path.join(home, 'data'),
-    HELM_CONFIG_HOME: path.join(home, 'config'),
-    HELM_CACHE_HOME: path.join(home, 'cache'),
-    PATH: `${path.dirname(nodes[0].bin)}${path.delimiter}${process.env.PATH}`,
+  // One home per helm: Helm 3 cannot read a Helm 4 plugin and would complain at every run.
+  const helmEnv = (major) => {
+    const home = path.join(work, `helm${major}`);
+    mkdirSync(home, { recursive: true });
+    return {
+      ...Object.fromEntries(Object.entries(baseEnv).filter(([k]) => !k.startsWith('HELM_'))),
+      HOME: home,
+      HELM_DATA_HOME: path.join(home, 'data'),
+      HELM_CONFIG_HOME: path.join(home, 'config'),
+      HELM_CACHE_HOME: path.join(home, 'cache'),
+      PATH: `${path.dirname(nodes[0].bin)}${path.delimiter}${process.env.PATH}`,
+    };
   };
-  mkdirSync(home, { recursive: true });
   const noop = path.join(work, 'noop-post-renderer.cjs');
   writeFileSync(noop, '#!/usr/bin/env node\nprocess.stdin.pipe(process.stdout);\n', { mode: 0o755 });
   const runs = quick ? 6 : 12;
   const cases = [];
   if (existsSync(helm3)) {
+    const env = helmEnv(3);
     cases.push(
       { label: 'helm 3 template', cmd: helm3, args: ['template', 'zoo', chart], env },
       { label: 'helm 3 template --post-renderer <bundle>', cmd: helm3, args: ['template', 'zoo', chart, '--post-renderer', bundle], env },
@@ -229,6 +233,7 @@ if (only.includes('b')) {
     );
   } else say('  helm 3 missing (npm run fetch-helm); skipped');
   if (existsSync(helm4)) {
+    const env = helmEnv(4);
     const { dir } = await packagePlugin({ distDir: path.join(work, 'dist'), quiet: true });
     execFileSync(helm4, ['plugin', 'install', dir], { env, stdio: 'ignore' });
     cases.push(
