@@ -263,14 +263,20 @@ if (only.includes('c')) {
     const bytes = readFileSync(input).length;
     const output = path.join(work, `out-${count}.yaml`);
     const runs = quick || count === 10000 ? 2 : 3;
-    const [r] = await compare([{ label: `${count} docs`, cmd: nodes[0].bin, args: [bundle], input, output }], runs, 1);
+    const cases = [{ label: `${count} docs`, cmd: nodes[0].bin, args: [bundle], input, output }];
+    if (beforeBundle) cases.push({ label: `${count} docs, before (${beforeRef})`, cmd: nodes[0].bin, args: [beforeBundle], input });
+    const measured = await compare(cases, runs, 1);
     const wrapped = (readFileSync(output, 'utf8').match(/^ *# vram-preflight \d/gm) ?? []).length;
-    rows.push({ ...r, count, bytes, wrapped });
-    say(
-      `  ${String(count).padStart(6)} docs ${(bytes / 1e6).toFixed(1).padStart(5)} MB  CPU ${fmt(r.cpu).padStart(9)}  wall ${fmt(r.wall).padStart(9)}  ` +
-        `peak RSS ${(r.maxrss / 1e6).toFixed(0)} MB = ${(r.maxrss / bytes).toFixed(2)}x input (node alone: ${(base.maxrss / 1e6).toFixed(0)} MB)  ${wrapped} containers wrapped`,
-    );
+    for (const [k, r] of measured.entries()) {
+      if (k === 0) rows.push({ ...r, count, bytes, wrapped });
+      else results.cBefore = [...(results.cBefore ?? []), { ...r, count, bytes }];
+      say(
+        `  ${r.label.padEnd(32)} ${(bytes / 1e6).toFixed(1).padStart(5)} MB  CPU ${fmt(r.cpu).padStart(9)}  wall ${fmt(r.wall).padStart(9)}  ` +
+          `peak RSS ${(r.maxrss / 1e6).toFixed(0)} MB = ${(r.maxrss / bytes).toFixed(2)}x input${k === 0 ? `  (${wrapped} containers wrapped)` : ''}`,
+      );
+    }
   }
+  say(`  (node -e 0 alone: peak RSS ${(base.maxrss / 1e6).toFixed(0)} MB)`);
   const [small, big] = rows;
   say(`  10x the input: ${(big.cpu / small.cpu).toFixed(2)}x the CPU time (${big.cpu / small.cpu <= 11 ? 'linear' : 'SUPERLINEAR'})`);
   say(`  goals, 10,000 docs: < 1.0 s CPU ${big.cpu < 1000 ? 'met' : 'NOT met'} (wall ${big.wall < 1000 ? '< 1.0 s' : '>= 1.0 s'}); peak RSS < 3x input ${big.maxrss < 3 * big.bytes ? 'met' : 'NOT met'}`);
