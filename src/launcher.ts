@@ -40,8 +40,8 @@
  * with a code cache, which lets it inline more). So the app asks the launcher
  * to cap V8's tiers at Sparkplug (`--max-opt=1`) when its input is small but
  * has something to parse (src/bin.ts). Not done when the user chose tiering
- * flags. The cap is lifted again before the cache is written, so that the
- * flags V8 records in the cache are those it sees at the next run's start.
+ * flags, and not in a run that writes the cache (which must record the flags
+ * V8 sees at the next run's start).
  */
 import { accessSync, constants, readFileSync, renameSync, unlinkSync, writeFileSync } from 'node:fs';
 import { basename, dirname, join } from 'node:path';
@@ -72,11 +72,14 @@ function fnv1a(text: string): string {
 
 const userTiering = /--(no-)?(opt|max-opt|jitless|sparkplug|maglev|turbofan|always-opt)\b/.test(nodeFlags);
 let setFlags: ((flags: string) => void) | undefined;
+let write = false;
 // Called by the app once it knows the run is short but will parse (src/bin.ts).
-// Not before: loading node:v8 costs ~5 ms, and V8 must see the same flags when
-// it checks the cache (at compile time) as when it wrote it (at exit).
+// Not before: loading node:v8 costs ~5 ms. Never in a run that writes the
+// cache: V8 records the flags in it and rejects it when they differ from
+// those it sees at the next run's compile (and on Node 20 setting a flag back
+// to its default does not make them equal again).
 (globalThis as Record<symbol, unknown>)[Symbol.for('vram-preflight.cap-tiering')] = () => {
-  if (!__VRAM_PREFLIGHT_TIERING_CAP__ || userTiering || setFlags) return;
+  if (!__VRAM_PREFLIGHT_TIERING_CAP__ || userTiering || setFlags || write) return;
   // eslint-disable-next-line @typescript-eslint/no-require-imports
   setFlags = (require('node:v8') as typeof import('node:v8')).setFlagsFromString;
   setFlags('--max-opt=1');
@@ -91,7 +94,7 @@ if (enabled) {
   }
 }
 const script = new Script(__vram_preflight_source, { filename: file, cachedData });
-const write = enabled && (cachedData === undefined || script.cachedDataRejected === true);
+write = enabled && (cachedData === undefined || script.cachedDataRejected === true);
 cachedData = undefined;
 (script.runInThisContext() as AppFunction).call(module.exports, module.exports, require, module, file, dir);
 
@@ -113,7 +116,6 @@ if (write) {
       .then(() => {
         const tmp = `${cacheFile}.${process.pid}.tmp`;
         try {
-          setFlags?.('--max-opt=999'); // the default: the flags V8 saw at compile time
           writeFileSync(tmp, script.createCachedData(), { mode: 0o644 });
           renameSync(tmp, cacheFile);
         } catch {

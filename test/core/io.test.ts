@@ -155,6 +155,21 @@ describe('V8 code cache (src/launcher.ts)', () => {
     expect(mtime()).toBe(before); // no temp file left, nothing rewritten
   });
 
+  it('a cache written by a render is used by the next renders, not rewritten (the flags V8 records in it match)', () => {
+    const d = mkdtempSync(path.join(dir, 'render-'));
+    const b = path.join(d, 'vram-preflight.cjs');
+    copyFileSync(bundle, b);
+    const stamp = () => readdirSync(d).map((f) => `${f}@${statSync(path.join(d, f)).mtimeMs}`).join();
+    const stamps: string[] = [];
+    for (let i = 0; i < 3; i++) {
+      const r = spawnSync(process.execPath, [b], { input: vllm, env, encoding: 'utf8' });
+      expect(r.stdout).toBe(vllmExpected);
+      expect(caches(d)).toHaveLength(1);
+      stamps.push(stamp());
+    }
+    expect(stamps).toEqual([stamps[0], stamps[0], stamps[0]]);
+  });
+
   it('a cache that V8 rejects is replaced; a corrupt one changes nothing of the output', () => {
     const d = mkdtempSync(path.join(dir, 'reject-'));
     const b = path.join(d, 'vram-preflight.cjs');
