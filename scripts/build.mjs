@@ -85,6 +85,9 @@ async function buildApp() {
     metafile: true,
     logLevel: 'silent',
     plugins: [yamlNodeBehaviour],
+    // The launcher compiles the app with vm.Script, which has no loader for a real import():
+    // lazy loads (the registry client, node: built-ins) become require() calls.
+    supported: { 'dynamic-import': false },
     // ESM source compiled to CJS: `import.meta.url` has no CJS meaning, so map
     // it to the bundle's own file URL.
     banner: { js: 'var __vram_preflight_import_meta_url=require("url").pathToFileURL(__filename).href;' },
@@ -123,6 +126,9 @@ export async function buildBundle({ outfile = defaultOutfile, quiet = false, ana
   const hash = createHash('sha256').update(source).digest('hex').slice(0, 16);
   const text =
     '#!/usr/bin/env node\n' +
+    // Before anything else, in syntax any Node parses: an old Node says so plainly (Helm 3, npm, Argo CD run
+    // the bundle directly; the Helm 4 plugin checks earlier, bin/node-version-guard.cjs).
+    'if(!(+process.versions.node.split(".")[0]>=20)){process.stderr.write("vram-preflight: Node.js 20 or newer is needed; this is Node.js "+process.version+" ("+process.execPath+")\\n");process.exit(1)}\n' +
     `var __vram_preflight_hash=${JSON.stringify(hash)},__vram_preflight_source=${JSON.stringify(source)};\n` +
     launcher.outputFiles[0].text;
   for (const w of result.warnings) {

@@ -80,7 +80,8 @@ Annotations on a workload or its pod template:
   vram-preflight.io/containers: "name[,name]"         also wrap these containers (custom images)
   vram-preflight.io/gpu-memory-utilization: "0.85"    the utilization, when the args cannot say it
 
-Exit codes: 0 ok, 1 input cannot be rewritten safely, 2 usage or option error.
+Exit codes: 0 ok, 1 input cannot be rewritten safely, 2 usage or option error,
+74 stdout could not be written (the output is incomplete), 70 internal error.
 Docs: docs/ in the package (detection, configuration, errors, operations).
 `;
 
