@@ -31,6 +31,7 @@ import {
   tempDir,
   unwrap,
   ZOO_WRAPPED,
+  PACKAGE_VERSION,
   type Artifacts,
 } from './helpers.js';
 
@@ -84,7 +85,7 @@ afterAll(removeTempDirs);
 describe('helm 4 plugin install', () => {
   it('lists the installed directory as a postrenderer/v1 plugin with the package version', () => {
     const list = helmOk(4, ['plugin', 'list'], env);
-    expect(list).toMatch(/^vram-preflight\s+0\.1\.0\s+postrenderer\/v1\s+v1\b/m);
+    expect(list).toMatch(new RegExp(`^vram-preflight\\s+${PACKAGE_VERSION.replaceAll(".", "\\.")}\\s+postrenderer/v1\\s+v1\\b`, "m"));
   });
 
   it('installs from the .tgz with --verify=false and renders the same', () => {

@@ -110,7 +110,7 @@ describe('packaged plugin', () => {
     ] as const) {
       const env = helmEnv();
       helmOk(4, ['plugin', 'install', source, ...flags], env);
-      expect(helmOk(4, ['plugin', 'list'], env)).toMatch(/^vram-preflight\s+0\.1\.0\s+postrenderer\/v1/m);
+      expect(helmOk(4, ['plugin', 'list'], env)).toMatch(new RegExp(`^vram-preflight\\s+${PACKAGE_VERSION.replaceAll(".", "\\.")}\\s+postrenderer/v1`, "m"));
       helmOk(4, ['plugin', 'uninstall', 'vram-preflight'], env);
       expect(helmOk(4, ['plugin', 'list'], env)).not.toContain('vram-preflight');
     }
