@@ -243,12 +243,10 @@ function visitTemplate(visit: DocumentVisit, object: Plain, found: FoundTemplate
         forced: forcedHere.has(name) || forcedByObject.has(name),
         utilizationAnnotation: utilization !== undefined ? { key: ANNOTATION_UTILIZATION, value: utilization } : undefined,
       };
-      const context: ErrorDetails = {
-        document: visit.ref,
-        container: name,
-        image: typeof container.image === 'string' ? container.image : undefined,
-        position: node.range ? visit.lines.position(visit.chunk.offset + node.range[0]) : undefined,
-      };
+      const context: ErrorDetails = { document: visit.ref, container: name, image: typeof container.image === 'string' ? container.image : undefined };
+      // Only messages need the position: computing it here would index the lines of the whole stream.
+      const start = node.range?.[0];
+      if (start !== undefined) Object.defineProperty(context, 'position', { get: () => visit.lines.position(visit.chunk.offset + start), enumerable: true });
       const decision = decideContainer(
         { node, value: container, path, podSpec, doc: visit.doc, text: visit.chunk.text, nl: visit.nl, controls, claims: visit.claims, options: visit.options, sources: visit.sources, context, onWanted: (image) => visit.wanted.add(image) },
         base,
