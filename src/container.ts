@@ -122,7 +122,6 @@ export function decideContainer(input: ContainerInput, base: Pick<ContainerRepor
   const image = typeof container.image === 'string' ? container.image : undefined;
   const gpu = nvidiaGpuSignals({ container, podSpec: input.podSpec, claims: input.claims });
   const report: ContainerReport = { ...base, container: name, initContainer: false, image, action: 'skip', reason: '', gpus: gpu.signals.map((s) => s.detail), gpuSignals: gpu.signals, warnings: [], notes: [] };
-  const where = (edits: TextEdit[], intended: IntendedStart): ContainerEdit => ({ edits, intended });
   try {
     const command = readArgv(node, 'command', doc, text, context);
     const args = readArgv(node, 'args', doc, text, context);
@@ -179,7 +178,7 @@ export function decideContainer(input: ContainerInput, base: Pick<ContainerRepor
       report.action = 'unwrap';
       report.reason += '; restoring the start an earlier vram-preflight wrapped';
       const anchors = keptAnchors(command.anchors, args.anchors, true, 0, 0, true);
-      return { report, edit: where(startEdits(text, node, written, null, input.nl, context, anchors), { path: input.path, command: written, args: null }) };
+      return { report, edit: { edits: startEdits(text, node, written, null, input.nl, context, anchors), intended: { path: input.path, command: written, args: null } } };
     }
     if (controls.forced && gpu.signals.length === 0) report.warnings.push('no NVIDIA GPU signal: the wait will see whatever GPUs nvidia-smi shows');
 
@@ -228,7 +227,7 @@ export function decideContainer(input: ContainerInput, base: Pick<ContainerRepor
     report.action = wrapped ? 'rewrap' : 'wrap';
     const fromImage = command.items === null && !wrapped ? known.start.length - (args.items?.length ?? 0) : 0;
     const anchors = keptAnchors(command.anchors, args.anchors, wrapped, command.items?.length ?? 0, fromImage, false);
-    return { report, edit: where(startEdits(text, node, WRAPPER_COMMAND, newArgs, input.nl, context, anchors), { path: input.path, command: WRAPPER_COMMAND, args: newArgs }) };
+    return { report, edit: { edits: startEdits(text, node, WRAPPER_COMMAND, newArgs, input.nl, context, anchors), intended: { path: input.path, command: WRAPPER_COMMAND, args: newArgs } } };
   } catch (caught) {
     if (!(caught instanceof PreflightError)) throw caught;
     // The script renderer knows values, not containers: name the container in its errors.

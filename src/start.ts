@@ -13,26 +13,14 @@ import { PreflightError, type ErrorDetails } from './errors.js';
 import { effectiveTag, parseImage, repositoryForConfig, repositoryMatches, type ImageReference } from './image-ref.js';
 import { findKnownImage, isKnownRepository, lookAlikeRepository, whyUnplaced, type KnownImage } from './images.js';
 import type { ImageStart, RegistryLookupMode } from './config.js';
+import type { ImageStartAnswer, LookupFailure } from './registry/index.js';
 import { globMatches } from './glob.js';
 import { PREFLIGHT_MARKER_PREFIX } from './preflight.js';
 
 export const WRAPPER_COMMAND: readonly string[] = ['/bin/sh', '-ec'];
 
-/** A registry's answer, as src/registry returns it. */
-export interface RegistryStart {
-  entrypoint: string[];
-  cmd: string[];
-  digest: string;
-  platform: string;
-  source: 'registry' | 'cache' | 'stale-cache';
-  warning?: string;
-}
-
-export interface RegistryFailure {
-  error: string;
-}
-
-export type RegistryAnswers = ReadonlyMap<string, RegistryStart | RegistryFailure>;
+/** Registry answers by image as written (src/registry, looked up at the CLI's edge). */
+export type RegistryAnswers = ReadonlyMap<string, ImageStartAnswer | LookupFailure>;
 
 export interface StartSources {
   images: readonly ImageStart[];

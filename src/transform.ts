@@ -305,12 +305,10 @@ function editChunk(chunk: Chunk, values: readonly unknown[], edits: DocumentVisi
   const problem = verifyEditedChunk(edited, values, intended(edits));
   if (!problem) return edited;
   // Find the edit(s) at fault: each alone, against the same check.
-  const culprits = all.filter((one) => {
-    const alone = edits.map((list) => list.filter((e) => e === one));
-    return verifyEditedChunk(applyEdits(chunk.text, one.edits), values, intended(alone)) !== undefined;
-  });
-  for (const { report } of culprits.length ? culprits : all) {
-    const single = verifyEditedChunk(applyEdits(chunk.text, all.find((e) => e.report === report)!.edits), values, intended(edits.map((list) => list.filter((e) => e.report === report))));
+  const alone = all.map((one) => ({ one, problem: verifyEditedChunk(applyEdits(chunk.text, one.edits), values, intended(edits.map((list) => list.filter((e) => e === one)))) }));
+  const culprits = alone.filter((a) => a.problem !== undefined);
+  for (const { one, problem: single } of culprits.length ? culprits : alone) {
+    const { report } = one;
     const message = `${(single ?? problem).message}, not just this container's command and args (YAML anchors, aliases or << merge keys share its text); nothing was written`;
     const error = new PreflightError('UNSAFE_EDIT', message, {
       document: report.document,

@@ -4,16 +4,13 @@
  *
  * Nothing runs at import time; Node's network modules load on the first lookup.
  */
-import { parseImage, type ImageReference } from '../image-ref.js';
+import { parseImage, repositoryForConfig, type ImageReference } from '../image-ref.js';
 import { DiskCache, defaultCacheDir, type CachedConfig, type ImageStart } from './cache.js';
 import { DIGEST_PATTERN, formatPlatform, LookupError, parsePlatform, Registry, type ClientContext, type Platform } from './client.js';
 import { Credentials, dockerConfigPath } from './credentials.js';
 import { noProxyMatches } from './http.js';
 
 export { noProxyMatches };
-
-/** `missing`: look up only what the table cannot place (default); `never`: hermetic; `always`: every image. */
-export type LookupMode = 'missing' | 'never' | 'always';
 
 export interface RegistryOptions {
   /** os/architecture[/variant], e.g. linux/amd64 (the default to pass), linux/arm64/v8. */
@@ -57,13 +54,6 @@ export interface LookupFailure {
 
 export function isLookupFailure(result: ImageStartAnswer | LookupFailure): result is LookupFailure {
   return 'error' in result;
-}
-
-/** Which images to look up under a mode; `placedByTable` says whether the table (or config) already knows the start. */
-export function imagesToLookUp(mode: LookupMode, images: readonly string[], placedByTable: (image: string) => boolean): string[] {
-  if (mode === 'never') return [];
-  const unique = [...new Set(images.map((i) => i.trim()))];
-  return mode === 'always' ? unique : unique.filter((i) => !placedByTable(i));
 }
 
 const REPOSITORY_PATTERN = /^[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*(?:\/[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*)*$/;
@@ -243,7 +233,7 @@ export function renderImageEntries(answers: readonly ImageStartAnswer[]): string
   const lines = ['images:'];
   for (const a of answers) {
     const ref = parseImage(a.image);
-    const repository = ref.registry === 'docker.io' ? ref.repository.replace(/^library\//, '') : `${ref.registry}/${ref.repository}`;
+    const repository = repositoryForConfig(ref);
     lines.push(`  - repository: ${scalar(repository)}`);
     if (ref.digest !== undefined) lines.push(`    digest: ${scalar(ref.digest)}`);
     else {

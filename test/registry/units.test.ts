@@ -5,7 +5,7 @@ import { defaultCacheDir } from '../../src/registry/cache.js';
 import { formatPlatform, parsePlatform, platformMatches } from '../../src/registry/client.js';
 import { dockerConfigPath, parseChallenge } from '../../src/registry/credentials.js';
 import { noProxyMatches, proxyFor } from '../../src/registry/http.js';
-import { age, imagesToLookUp, isLookupFailure, lookupImageStarts, renderImageEntries, type ImageStartAnswer } from '../../src/registry/index.js';
+import { age, isLookupFailure, lookupImageStarts, renderImageEntries, type ImageStartAnswer } from '../../src/registry/index.js';
 
 describe('NO_PROXY', () => {
   it.each([
@@ -97,16 +97,6 @@ describe('auth challenge and file locations', () => {
     expect(age('2026-12-02T11:15:00Z', now)).toBe('45 min');
     expect(age('2026-12-01T09:30:00Z', now)).toBe('26 h 30 min');
     expect(age('2026-11-25T12:00:00Z', now)).toBe('7 days');
-  });
-});
-
-describe('lookup modes', () => {
-  const placed = (image: string) => image.startsWith('vllm/vllm-openai:v0.26');
-  it('missing: only what the table cannot place, deduplicated; never: nothing; always: everything', () => {
-    const images = ['vllm/vllm-openai:v0.26.0', 'vllm/vllm-openai:glm5', 'vllm/vllm-openai:glm5', 'corp/x:1'];
-    expect(imagesToLookUp('missing', images, placed)).toEqual(['vllm/vllm-openai:glm5', 'corp/x:1']);
-    expect(imagesToLookUp('never', images, placed)).toEqual([]);
-    expect(imagesToLookUp('always', images, placed)).toEqual(['vllm/vllm-openai:v0.26.0', 'vllm/vllm-openai:glm5', 'corp/x:1']);
   });
 });
 
