@@ -206,8 +206,12 @@ export function resolveStart(container: StartInput, sources: StartSources, conte
   const reference = parseImage(image);
   const attempts: Attempts = {};
   const known = knownStart(reference, sources, attempts);
+  // With `always`, the registry is asked even when the table placed the start.
+  if (attempts.wanted !== undefined) onWanted(attempts.wanted);
+  if (known && sources.lookup === 'always' && known.evidence.source === 'table' && attempts.registry?.startsWith('lookup failed')) {
+    known.warnings.push(`registryLookup is always, but the registry could not be asked (${attempts.registry}); using the built-in table`);
+  }
   if (!known) {
-    if (attempts.wanted !== undefined) onWanted(attempts.wanted);
     const tried = [attempts.config, attempts.table, attempts.registry].filter(Boolean).join('; ');
     throw new PreflightError('UNKNOWN_START', `the container gives no command, so it runs the image's ENTRYPOINT, which is not known for sure: ${tried}`, {
       ...context,

@@ -1,4 +1,6 @@
 import { describe, expect, it } from 'vitest';
+import { transform } from '../../src/transform.js';
+import { DEFAULT_OPTIONS } from '../../src/config.js';
 import { findKnownImage, KNOWN_IMAGES, parseTag, tagMatches } from '../../src/images.js';
 import { compareVersions, parseImage, parseVersion } from '../../src/image-ref.js';
 import { nvidiaGpuSignals, emptyDeviceClaims, recordDeviceClaim } from '../../src/gpu.js';
@@ -253,5 +255,35 @@ describe('quoting', () => {
   it.each(['plain', 'a "b" \\ c', 'line\nbreak', '\u2028\u0085\u007f\u0000\ufeff', '$(reboot)', 'é😀'])('%j reads back exactly under YAML 1.1 and 1.2', (value) => {
     expect(parse(quoteYamlString(value), { version: '1.2' })).toBe(value);
     expect(parse(quoteYamlString(value), { version: '1.1' })).toBe(value);
+  });
+});
+
+describe('registry lookup modes, as the transform applies them', () => {
+  const manifest = (tag: string) =>
+    `apiVersion: v1\nkind: Pod\nmetadata:\n  name: p\nspec:\n  containers:\n    - name: m\n      image: vllm/vllm-openai:${tag}\n      args: [m, --gpu-memory-utilization, "0.9"]\n      resources: {limits: {nvidia.com/gpu: 1}}\n`;
+  const answer = { image: 'x', entrypoint: ['/registry/bin/vllm', 'serve'], cmd: [], digest: `sha256:${'a'.repeat(64)}`, platform: 'linux/amd64', source: 'registry' as const, checkedAt: '2026-12-02T00:00:00Z' };
+  const run = (tag: string, registryLookup: 'missing' | 'never' | 'always', registry = new Map()) =>
+    transform(manifest(tag), { ...DEFAULT_OPTIONS, registryLookup }, { registry });
+  it('missing: only what the table cannot place is wanted, then the answer is used', () => {
+    expect(run('v0.26.0', 'missing').wantedImages).toEqual([]);
+    expect(run('v0.12.0', 'missing').wantedImages).toEqual(['vllm/vllm-openai:v0.12.0']);
+    const answered = run('v0.12.0', 'missing', new Map([['vllm/vllm-openai:v0.12.0', answer]]));
+    expect(answered.errors).toEqual([]);
+    expect(answered.containers[0]!.startEvidence?.source).toBe('registry');
+  });
+  it('never: nothing is wanted and the unplaced tag is refused', () => {
+    const r = run('v0.12.0', 'never');
+    expect(r.wantedImages).toEqual([]);
+    expect(r.errors[0]?.message).toContain('registryLookup: never');
+  });
+  it('always: the registry is asked first, and its answer wins over the table', () => {
+    expect(run('v0.26.0', 'always').wantedImages).toEqual(['vllm/vllm-openai:v0.26.0']);
+    const answered = run('v0.26.0', 'always', new Map([['vllm/vllm-openai:v0.26.0', answer]]));
+    expect(answered.containers[0]!.startEvidence?.source).toBe('registry');
+    expect(answered.output).toContain('"/registry/bin/vllm"');
+    const failed = run('v0.26.0', 'always', new Map([['vllm/vllm-openai:v0.26.0', { image: 'x', error: 'docker.io: cannot connect' }]]));
+    expect(failed.errors).toEqual([]);
+    expect(failed.containers[0]!.startEvidence?.source).toBe('table');
+    expect(failed.warnings.join('\n')).toContain('registryLookup is always, but the registry could not be asked');
   });
 });
