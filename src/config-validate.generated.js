@@ -3,7 +3,7 @@
 "use strict";
 export const validate = validate10;
 export default validate10;
-const schema11 = {"$schema":"http://json-schema.org/draft-07/schema#","$id":"https://github.com/vram-preflight/vram-preflight/config.schema.json","title":"vram-preflight configuration","description":"Options for vram-preflight. Every option can also be given as a flag (--timeout-seconds) or an environment variable (VRAM_PREFLIGHT_TIMEOUT_SECONDS); flags win over environment variables, which win over this file.","type":"object","additionalProperties":false,"properties":{"$schema":{"type":"string"},"timeoutSeconds":{"description":"How long the preflight waits for GPU memory before it fails the container, in seconds. Keep it above the slowest VRAM reclaim you have seen (about 40 s in the original incident) and below the container's startupProbe budget.","type":"integer","minimum":1,"maximum":86400,"default":300},"pollIntervalSeconds":{"description":"Seconds between nvidia-smi queries while waiting (0.01 to 60, at most 3 decimals).","type":"number","minimum":0.01,"maximum":60,"default":1},"logIntervalSeconds":{"description":"Seconds between progress lines while waiting.","type":"integer","minimum":1,"maximum":3600,"default":10},"headroomMiB":{"description":"MiB each GPU must have free on top of ceil(total x gpu-memory-utilization).","type":"integer","minimum":0,"maximum":1048576,"default":0},"defaultUtilization":{"description":"The utilization assumed when a container gives no --gpu-memory-utilization. vLLM's own default is 0.9 (0.92 in the newest releases); the lower value never makes the wait stricter than vLLM.","type":"number","exclusiveMinimum":0,"maximum":1,"default":0.9},"onNvidiaSmiUnavailable":{"description":"What the preflight does when nvidia-smi is missing, fails, or prints something that is not a number: warn and start vLLM anyway (what happens without vram-preflight), or fail the container.","enum":["warn","fail"],"default":"warn"},"nvidiaSmiTimeoutSeconds":{"description":"Seconds one nvidia-smi query may take. A query that takes longer is killed and counts as nvidia-smi unavailable (it hangs when the driver is wedged), which onNvidiaSmiUnavailable then handles. Keep it well under timeoutSeconds; it is cut to the time left near the end of the wait.","type":"integer","minimum":1,"maximum":600,"default":10},"containerNames":{"description":"Only containers whose name matches one of these patterns (`*` matches any run of characters) are considered. Empty or absent: every container.","type":"array","items":{"type":"string","minLength":1},"default":[]},"images":{"description":"Starts (ENTRYPOINT and CMD) of images that the built-in table cannot place. Entries here win over the table. Each entry either states the start (entrypoint, and cmd for containers without args) or borrows a table row with like: (a mirror or rebuild of a known image). `vram-preflight resolve IMAGE...` prints entries read from the registry.","type":"array","items":{"type":"object","additionalProperties":false,"required":["repository"],"properties":{"repository":{"description":"Repository path, with or without registry (e.g. registry.example.com/ml/vllm-custom).","type":"string","minLength":1},"tag":{"description":"Tag pattern (`*` matches any run of characters). Default: every tag.","type":"string","minLength":1,"default":"*"},"entrypoint":{"description":"The image's ENTRYPOINT, as a list ([] when it has none: a container's first args item is then the program).","type":"array","items":{"type":"string"},"minItems":0},"cmd":{"description":"The image's CMD, as a list ([] when it has none). Needed only for containers that give no args.","type":"array","items":{"type":"string"}},"digest":{"description":"Only the image pinned by this manifest digest (sha256:...), as `resolve` writes for digest-pinned images.","type":"string","pattern":"^sha256:[0-9a-f]{64}$"},"like":{"description":"Borrow the tag ranges of this built-in table repository (e.g. vllm/vllm-openai) for a mirror or rebuild under another name.","type":"string","minLength":1}},"oneOf":[{"required":["entrypoint"],"not":{"required":["like"]}},{"required":["like"],"not":{"anyOf":[{"required":["entrypoint"]},{"required":["cmd"]}]}}]},"default":[]},"diagnosticsFile":{"description":"A file that receives every warning and error of a run (Helm 4 discards a post-renderer's stderr). Overwritten on each run.","type":"string","minLength":1},"registryLookup":{"description":"When to read an image's ENTRYPOINT/CMD from its registry: missing (only what the config and the table cannot place), never (hermetic builds: refuse instead), always (the registry first).","enum":["missing","never","always"],"default":"missing"},"registryPlatform":{"description":"Platform whose image is read from a multi-platform index: os/architecture[/variant].","type":"string","pattern":"^[a-z0-9]+/[a-z0-9_]+(/[a-z0-9]+)?$","default":"linux/amd64"},"registryTimeoutSeconds":{"description":"Timeout of one registry request, in seconds; a lookup never holds helm for long.","type":"number","exclusiveMinimum":0,"maximum":60,"default":5},"cacheDir":{"description":"Directory for cached registry answers (default $XDG_CACHE_HOME/vram-preflight, else ~/.cache/vram-preflight). Unwritable: a warning, never a failure.","type":"string","minLength":1},"registryInsecure":{"description":"Registries (host or host:port) that may be reached over plain HTTP or with unverified TLS, as Docker's insecure-registries. Loopback registries always may.","type":"array","items":{"type":"string","minLength":1},"default":[]},"registryCaFile":{"description":"A PEM file of extra CA certificates trusted for registries (NODE_EXTRA_CA_CERTS works too).","type":"string","minLength":1},"reportFile":{"description":"A file that receives the JSON report of every run (ok or not), as `explain --output json` prints it (schema: report.schema.json). Overwritten on each run.","type":"string","minLength":1}}};
+const schema11 = {"$schema":"http://json-schema.org/draft-07/schema#","$id":"https://github.com/vram-preflight/vram-preflight/config.schema.json","title":"vram-preflight configuration","description":"Options for vram-preflight. Every option can also be given as a flag (--timeout-seconds) or an environment variable (VRAM_PREFLIGHT_TIMEOUT_SECONDS); flags win over environment variables, which win over this file.","type":"object","additionalProperties":false,"properties":{"$schema":{"type":"string"},"timeoutSeconds":{"description":"How long the preflight waits for GPU memory before it fails the container, in seconds. Keep it above the slowest VRAM reclaim you have seen (about 40 s in the original incident) and below the container's startupProbe budget.","type":"integer","minimum":1,"maximum":86400,"default":300},"pollIntervalSeconds":{"description":"Seconds between nvidia-smi queries while waiting (0.01 to 60, at most 3 decimals).","type":"number","minimum":0.01,"maximum":60,"default":1},"logIntervalSeconds":{"description":"Seconds between progress lines while waiting.","type":"integer","minimum":1,"maximum":3600,"default":10},"headroomMiB":{"description":"MiB each GPU must have free on top of ceil(total x gpu-memory-utilization).","type":"integer","minimum":0,"maximum":1048576,"default":0},"defaultUtilization":{"description":"The utilization assumed when a container gives no --gpu-memory-utilization. vLLM's own default is 0.9 (0.92 in the newest releases); the lower value never makes the wait stricter than vLLM.","type":"number","exclusiveMinimum":0,"maximum":1,"default":0.9},"onNvidiaSmiUnavailable":{"description":"What the preflight does when nvidia-smi is missing, fails, or prints something that is not a number: warn and start vLLM anyway (what happens without vram-preflight), or fail the container.","enum":["warn","fail"],"default":"warn"},"nvidiaSmiTimeoutSeconds":{"description":"Seconds one nvidia-smi query may take. A query that takes longer is killed and counts as nvidia-smi unavailable (it hangs when the driver is wedged), which onNvidiaSmiUnavailable then handles. Keep it well under timeoutSeconds; it is cut to the time left near the end of the wait.","type":"integer","minimum":1,"maximum":600,"default":10},"fastParse":{"description":"on: documents written in the plain block YAML that charts render are read by vram-preflight's own narrow parser, which hands everything else to the yaml library (the same result, less start-up time). off: the yaml library reads every document. A switch for troubleshooting; the output is the same either way.","enum":["on","off"],"default":"on"},"containerNames":{"description":"Only containers whose name matches one of these patterns (`*` matches any run of characters) are considered. Empty or absent: every container.","type":"array","items":{"type":"string","minLength":1},"default":[]},"images":{"description":"Starts (ENTRYPOINT and CMD) of images that the built-in table cannot place. Entries here win over the table. Each entry either states the start (entrypoint, and cmd for containers without args) or borrows a table row with like: (a mirror or rebuild of a known image). `vram-preflight resolve IMAGE...` prints entries read from the registry.","type":"array","items":{"type":"object","additionalProperties":false,"required":["repository"],"properties":{"repository":{"description":"Repository path, with or without registry (e.g. registry.example.com/ml/vllm-custom).","type":"string","minLength":1},"tag":{"description":"Tag pattern (`*` matches any run of characters). Default: every tag.","type":"string","minLength":1,"default":"*"},"entrypoint":{"description":"The image's ENTRYPOINT, as a list ([] when it has none: a container's first args item is then the program).","type":"array","items":{"type":"string"},"minItems":0},"cmd":{"description":"The image's CMD, as a list ([] when it has none). Needed only for containers that give no args.","type":"array","items":{"type":"string"}},"digest":{"description":"Only the image pinned by this manifest digest (sha256:...), as `resolve` writes for digest-pinned images.","type":"string","pattern":"^sha256:[0-9a-f]{64}$"},"like":{"description":"Borrow the tag ranges of this built-in table repository (e.g. vllm/vllm-openai) for a mirror or rebuild under another name.","type":"string","minLength":1}},"oneOf":[{"required":["entrypoint"],"not":{"required":["like"]}},{"required":["like"],"not":{"anyOf":[{"required":["entrypoint"]},{"required":["cmd"]}]}}]},"default":[]},"diagnosticsFile":{"description":"A file that receives every warning and error of a run (Helm 4 discards a post-renderer's stderr). Overwritten on each run.","type":"string","minLength":1},"registryLookup":{"description":"When to read an image's ENTRYPOINT/CMD from its registry: missing (only what the config and the table cannot place), never (hermetic builds: refuse instead), always (the registry first).","enum":["missing","never","always"],"default":"missing"},"registryPlatform":{"description":"Platform whose image is read from a multi-platform index: os/architecture[/variant].","type":"string","pattern":"^[a-z0-9]+/[a-z0-9_]+(/[a-z0-9]+)?$","default":"linux/amd64"},"registryTimeoutSeconds":{"description":"Timeout of one registry request, in seconds; a lookup never holds helm for long.","type":"number","exclusiveMinimum":0,"maximum":60,"default":5},"cacheDir":{"description":"Directory for cached registry answers (default $XDG_CACHE_HOME/vram-preflight, else ~/.cache/vram-preflight). Unwritable: a warning, never a failure.","type":"string","minLength":1},"registryInsecure":{"description":"Registries (host or host:port) that may be reached over plain HTTP or with unverified TLS, as Docker's insecure-registries. Loopback registries always may.","type":"array","items":{"type":"string","minLength":1},"default":[]},"registryCaFile":{"description":"A PEM file of extra CA certificates trusted for registries (NODE_EXTRA_CA_CERTS works too).","type":"string","minLength":1},"reportFile":{"description":"A file that receives the JSON report of every run (ok or not), as `explain --output json` prints it (schema: report.schema.json). Overwritten on each run.","type":"string","minLength":1}}};
 const func2 = Object.prototype.hasOwnProperty;
 const pattern0 = new RegExp("^sha256:[0-9a-f]{64}$", "u");
 const pattern1 = new RegExp("^[a-z0-9]+/[a-z0-9_]+(/[a-z0-9]+)?$", "u");
@@ -260,15 +260,10 @@ errors++;
 }
 }
 }
-if(data.containerNames !== undefined){
-let data8 = data.containerNames;
-if(Array.isArray(data8)){
-const len0 = data8.length;
-for(let i0=0; i0<len0; i0++){
-let data9 = data8[i0];
-if(typeof data9 === "string"){
-if(data9.length < 1){
-const err21 = {instancePath:instancePath+"/containerNames/" + i0,schemaPath:"#/properties/containerNames/items/minLength",keyword:"minLength",params:{limit: 1},message:"must NOT have fewer than 1 characters"};
+if(data.fastParse !== undefined){
+let data8 = data.fastParse;
+if(!((data8 === "on") || (data8 === "off"))){
+const err21 = {instancePath:instancePath+"/fastParse",schemaPath:"#/properties/fastParse/enum",keyword:"enum",params:{allowedValues: schema11.properties.fastParse.enum},message:"must be equal to one of the allowed values"};
 if(vErrors === null){
 vErrors = [err21];
 }
@@ -278,8 +273,15 @@ vErrors.push(err21);
 errors++;
 }
 }
-else {
-const err22 = {instancePath:instancePath+"/containerNames/" + i0,schemaPath:"#/properties/containerNames/items/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(data.containerNames !== undefined){
+let data9 = data.containerNames;
+if(Array.isArray(data9)){
+const len0 = data9.length;
+for(let i0=0; i0<len0; i0++){
+let data10 = data9[i0];
+if(typeof data10 === "string"){
+if(data10.length < 1){
+const err22 = {instancePath:instancePath+"/containerNames/" + i0,schemaPath:"#/properties/containerNames/items/minLength",keyword:"minLength",params:{limit: 1},message:"must NOT have fewer than 1 characters"};
 if(vErrors === null){
 vErrors = [err22];
 }
@@ -289,9 +291,8 @@ vErrors.push(err22);
 errors++;
 }
 }
-}
 else {
-const err23 = {instancePath:instancePath+"/containerNames",schemaPath:"#/properties/containerNames/type",keyword:"type",params:{type: "array"},message:"must be array"};
+const err23 = {instancePath:instancePath+"/containerNames/" + i0,schemaPath:"#/properties/containerNames/items/type",keyword:"type",params:{type: "string"},message:"must be string"};
 if(vErrors === null){
 vErrors = [err23];
 }
@@ -301,22 +302,9 @@ vErrors.push(err23);
 errors++;
 }
 }
-if(data.images !== undefined){
-let data10 = data.images;
-if(Array.isArray(data10)){
-const len1 = data10.length;
-for(let i1=0; i1<len1; i1++){
-let data11 = data10[i1];
-const _errs25 = errors;
-let valid5 = false;
-let passing0 = null;
-const _errs26 = errors;
-const _errs27 = errors;
-const _errs28 = errors;
-if(data11 && typeof data11 == "object" && !Array.isArray(data11)){
-let missing0;
-if((data11.like === undefined) && (missing0 = "like")){
-const err24 = {};
+}
+else {
+const err24 = {instancePath:instancePath+"/containerNames",schemaPath:"#/properties/containerNames/type",keyword:"type",params:{type: "array"},message:"must be array"};
 if(vErrors === null){
 vErrors = [err24];
 }
@@ -326,9 +314,22 @@ vErrors.push(err24);
 errors++;
 }
 }
-var valid6 = _errs28 === errors;
-if(valid6){
-const err25 = {instancePath:instancePath+"/images/" + i1,schemaPath:"#/properties/images/items/oneOf/0/not",keyword:"not",params:{},message:"must NOT be valid"};
+if(data.images !== undefined){
+let data11 = data.images;
+if(Array.isArray(data11)){
+const len1 = data11.length;
+for(let i1=0; i1<len1; i1++){
+let data12 = data11[i1];
+const _errs26 = errors;
+let valid5 = false;
+let passing0 = null;
+const _errs27 = errors;
+const _errs28 = errors;
+const _errs29 = errors;
+if(data12 && typeof data12 == "object" && !Array.isArray(data12)){
+let missing0;
+if((data12.like === undefined) && (missing0 = "like")){
+const err25 = {};
 if(vErrors === null){
 vErrors = [err25];
 }
@@ -337,20 +338,10 @@ vErrors.push(err25);
 }
 errors++;
 }
-else {
-errors = _errs27;
-if(vErrors !== null){
-if(_errs27){
-vErrors.length = _errs27;
 }
-else {
-vErrors = null;
-}
-}
-}
-if(data11 && typeof data11 == "object" && !Array.isArray(data11)){
-if(data11.entrypoint === undefined){
-const err26 = {instancePath:instancePath+"/images/" + i1,schemaPath:"#/properties/images/items/oneOf/0/required",keyword:"required",params:{missingProperty: "entrypoint"},message:"must have required property '"+"entrypoint"+"'"};
+var valid6 = _errs29 === errors;
+if(valid6){
+const err26 = {instancePath:instancePath+"/images/" + i1,schemaPath:"#/properties/images/items/oneOf/0/not",keyword:"not",params:{},message:"must NOT be valid"};
 if(vErrors === null){
 vErrors = [err26];
 }
@@ -359,22 +350,20 @@ vErrors.push(err26);
 }
 errors++;
 }
+else {
+errors = _errs28;
+if(vErrors !== null){
+if(_errs28){
+vErrors.length = _errs28;
 }
-var _valid0 = _errs26 === errors;
-if(_valid0){
-valid5 = true;
-passing0 = 0;
+else {
+vErrors = null;
 }
-const _errs29 = errors;
-const _errs30 = errors;
-const _errs31 = errors;
-const _errs32 = errors;
-let valid8 = false;
-const _errs33 = errors;
-if(data11 && typeof data11 == "object" && !Array.isArray(data11)){
-let missing1;
-if((data11.entrypoint === undefined) && (missing1 = "entrypoint")){
-const err27 = {};
+}
+}
+if(data12 && typeof data12 == "object" && !Array.isArray(data12)){
+if(data12.entrypoint === undefined){
+const err27 = {instancePath:instancePath+"/images/" + i1,schemaPath:"#/properties/images/items/oneOf/0/required",keyword:"required",params:{missingProperty: "entrypoint"},message:"must have required property '"+"entrypoint"+"'"};
 if(vErrors === null){
 vErrors = [err27];
 }
@@ -384,13 +373,20 @@ vErrors.push(err27);
 errors++;
 }
 }
-var _valid1 = _errs33 === errors;
-valid8 = valid8 || _valid1;
-if(!valid8){
+var _valid0 = _errs27 === errors;
+if(_valid0){
+valid5 = true;
+passing0 = 0;
+}
+const _errs30 = errors;
+const _errs31 = errors;
+const _errs32 = errors;
+const _errs33 = errors;
+let valid8 = false;
 const _errs34 = errors;
-if(data11 && typeof data11 == "object" && !Array.isArray(data11)){
-let missing2;
-if((data11.cmd === undefined) && (missing2 = "cmd")){
+if(data12 && typeof data12 == "object" && !Array.isArray(data12)){
+let missing1;
+if((data12.entrypoint === undefined) && (missing1 = "entrypoint")){
 const err28 = {};
 if(vErrors === null){
 vErrors = [err28];
@@ -403,8 +399,11 @@ errors++;
 }
 var _valid1 = _errs34 === errors;
 valid8 = valid8 || _valid1;
-}
 if(!valid8){
+const _errs35 = errors;
+if(data12 && typeof data12 == "object" && !Array.isArray(data12)){
+let missing2;
+if((data12.cmd === undefined) && (missing2 = "cmd")){
 const err29 = {};
 if(vErrors === null){
 vErrors = [err29];
@@ -414,20 +413,12 @@ vErrors.push(err29);
 }
 errors++;
 }
-else {
-errors = _errs32;
-if(vErrors !== null){
-if(_errs32){
-vErrors.length = _errs32;
 }
-else {
-vErrors = null;
+var _valid1 = _errs35 === errors;
+valid8 = valid8 || _valid1;
 }
-}
-}
-var valid7 = _errs31 === errors;
-if(valid7){
-const err30 = {instancePath:instancePath+"/images/" + i1,schemaPath:"#/properties/images/items/oneOf/1/not",keyword:"not",params:{},message:"must NOT be valid"};
+if(!valid8){
+const err30 = {};
 if(vErrors === null){
 vErrors = [err30];
 }
@@ -437,19 +428,19 @@ vErrors.push(err30);
 errors++;
 }
 else {
-errors = _errs30;
+errors = _errs33;
 if(vErrors !== null){
-if(_errs30){
-vErrors.length = _errs30;
+if(_errs33){
+vErrors.length = _errs33;
 }
 else {
 vErrors = null;
 }
 }
 }
-if(data11 && typeof data11 == "object" && !Array.isArray(data11)){
-if(data11.like === undefined){
-const err31 = {instancePath:instancePath+"/images/" + i1,schemaPath:"#/properties/images/items/oneOf/1/required",keyword:"required",params:{missingProperty: "like"},message:"must have required property '"+"like"+"'"};
+var valid7 = _errs32 === errors;
+if(valid7){
+const err31 = {instancePath:instancePath+"/images/" + i1,schemaPath:"#/properties/images/items/oneOf/1/not",keyword:"not",params:{},message:"must NOT be valid"};
 if(vErrors === null){
 vErrors = [err31];
 }
@@ -458,8 +449,30 @@ vErrors.push(err31);
 }
 errors++;
 }
+else {
+errors = _errs31;
+if(vErrors !== null){
+if(_errs31){
+vErrors.length = _errs31;
 }
-var _valid0 = _errs29 === errors;
+else {
+vErrors = null;
+}
+}
+}
+if(data12 && typeof data12 == "object" && !Array.isArray(data12)){
+if(data12.like === undefined){
+const err32 = {instancePath:instancePath+"/images/" + i1,schemaPath:"#/properties/images/items/oneOf/1/required",keyword:"required",params:{missingProperty: "like"},message:"must have required property '"+"like"+"'"};
+if(vErrors === null){
+vErrors = [err32];
+}
+else {
+vErrors.push(err32);
+}
+errors++;
+}
+}
+var _valid0 = _errs30 === errors;
 if(_valid0 && valid5){
 valid5 = false;
 passing0 = [passing0, 1];
@@ -471,29 +484,7 @@ passing0 = 1;
 }
 }
 if(!valid5){
-const err32 = {instancePath:instancePath+"/images/" + i1,schemaPath:"#/properties/images/items/oneOf",keyword:"oneOf",params:{passingSchemas: passing0},message:"must match exactly one schema in oneOf"};
-if(vErrors === null){
-vErrors = [err32];
-}
-else {
-vErrors.push(err32);
-}
-errors++;
-}
-else {
-errors = _errs25;
-if(vErrors !== null){
-if(_errs25){
-vErrors.length = _errs25;
-}
-else {
-vErrors = null;
-}
-}
-}
-if(data11 && typeof data11 == "object" && !Array.isArray(data11)){
-if(data11.repository === undefined){
-const err33 = {instancePath:instancePath+"/images/" + i1,schemaPath:"#/properties/images/items/required",keyword:"required",params:{missingProperty: "repository"},message:"must have required property '"+"repository"+"'"};
+const err33 = {instancePath:instancePath+"/images/" + i1,schemaPath:"#/properties/images/items/oneOf",keyword:"oneOf",params:{passingSchemas: passing0},message:"must match exactly one schema in oneOf"};
 if(vErrors === null){
 vErrors = [err33];
 }
@@ -502,9 +493,20 @@ vErrors.push(err33);
 }
 errors++;
 }
-for(const key1 in data11){
-if(!((((((key1 === "repository") || (key1 === "tag")) || (key1 === "entrypoint")) || (key1 === "cmd")) || (key1 === "digest")) || (key1 === "like"))){
-const err34 = {instancePath:instancePath+"/images/" + i1,schemaPath:"#/properties/images/items/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key1},message:"must NOT have additional properties"};
+else {
+errors = _errs26;
+if(vErrors !== null){
+if(_errs26){
+vErrors.length = _errs26;
+}
+else {
+vErrors = null;
+}
+}
+}
+if(data12 && typeof data12 == "object" && !Array.isArray(data12)){
+if(data12.repository === undefined){
+const err34 = {instancePath:instancePath+"/images/" + i1,schemaPath:"#/properties/images/items/required",keyword:"required",params:{missingProperty: "repository"},message:"must have required property '"+"repository"+"'"};
 if(vErrors === null){
 vErrors = [err34];
 }
@@ -513,12 +515,9 @@ vErrors.push(err34);
 }
 errors++;
 }
-}
-if(data11.repository !== undefined){
-let data12 = data11.repository;
-if(typeof data12 === "string"){
-if(data12.length < 1){
-const err35 = {instancePath:instancePath+"/images/" + i1+"/repository",schemaPath:"#/properties/images/items/properties/repository/minLength",keyword:"minLength",params:{limit: 1},message:"must NOT have fewer than 1 characters"};
+for(const key1 in data12){
+if(!((((((key1 === "repository") || (key1 === "tag")) || (key1 === "entrypoint")) || (key1 === "cmd")) || (key1 === "digest")) || (key1 === "like"))){
+const err35 = {instancePath:instancePath+"/images/" + i1,schemaPath:"#/properties/images/items/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key1},message:"must NOT have additional properties"};
 if(vErrors === null){
 vErrors = [err35];
 }
@@ -528,8 +527,11 @@ vErrors.push(err35);
 errors++;
 }
 }
-else {
-const err36 = {instancePath:instancePath+"/images/" + i1+"/repository",schemaPath:"#/properties/images/items/properties/repository/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(data12.repository !== undefined){
+let data13 = data12.repository;
+if(typeof data13 === "string"){
+if(data13.length < 1){
+const err36 = {instancePath:instancePath+"/images/" + i1+"/repository",schemaPath:"#/properties/images/items/properties/repository/minLength",keyword:"minLength",params:{limit: 1},message:"must NOT have fewer than 1 characters"};
 if(vErrors === null){
 vErrors = [err36];
 }
@@ -539,11 +541,8 @@ vErrors.push(err36);
 errors++;
 }
 }
-if(data11.tag !== undefined){
-let data13 = data11.tag;
-if(typeof data13 === "string"){
-if(data13.length < 1){
-const err37 = {instancePath:instancePath+"/images/" + i1+"/tag",schemaPath:"#/properties/images/items/properties/tag/minLength",keyword:"minLength",params:{limit: 1},message:"must NOT have fewer than 1 characters"};
+else {
+const err37 = {instancePath:instancePath+"/images/" + i1+"/repository",schemaPath:"#/properties/images/items/properties/repository/type",keyword:"type",params:{type: "string"},message:"must be string"};
 if(vErrors === null){
 vErrors = [err37];
 }
@@ -553,8 +552,11 @@ vErrors.push(err37);
 errors++;
 }
 }
-else {
-const err38 = {instancePath:instancePath+"/images/" + i1+"/tag",schemaPath:"#/properties/images/items/properties/tag/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(data12.tag !== undefined){
+let data14 = data12.tag;
+if(typeof data14 === "string"){
+if(data14.length < 1){
+const err38 = {instancePath:instancePath+"/images/" + i1+"/tag",schemaPath:"#/properties/images/items/properties/tag/minLength",keyword:"minLength",params:{limit: 1},message:"must NOT have fewer than 1 characters"};
 if(vErrors === null){
 vErrors = [err38];
 }
@@ -564,11 +566,8 @@ vErrors.push(err38);
 errors++;
 }
 }
-if(data11.entrypoint !== undefined){
-let data14 = data11.entrypoint;
-if(Array.isArray(data14)){
-if(data14.length < 0){
-const err39 = {instancePath:instancePath+"/images/" + i1+"/entrypoint",schemaPath:"#/properties/images/items/properties/entrypoint/minItems",keyword:"minItems",params:{limit: 0},message:"must NOT have fewer than 0 items"};
+else {
+const err39 = {instancePath:instancePath+"/images/" + i1+"/tag",schemaPath:"#/properties/images/items/properties/tag/type",keyword:"type",params:{type: "string"},message:"must be string"};
 if(vErrors === null){
 vErrors = [err39];
 }
@@ -577,10 +576,12 @@ vErrors.push(err39);
 }
 errors++;
 }
-const len2 = data14.length;
-for(let i2=0; i2<len2; i2++){
-if(typeof data14[i2] !== "string"){
-const err40 = {instancePath:instancePath+"/images/" + i1+"/entrypoint/" + i2,schemaPath:"#/properties/images/items/properties/entrypoint/items/type",keyword:"type",params:{type: "string"},message:"must be string"};
+}
+if(data12.entrypoint !== undefined){
+let data15 = data12.entrypoint;
+if(Array.isArray(data15)){
+if(data15.length < 0){
+const err40 = {instancePath:instancePath+"/images/" + i1+"/entrypoint",schemaPath:"#/properties/images/items/properties/entrypoint/minItems",keyword:"minItems",params:{limit: 0},message:"must NOT have fewer than 0 items"};
 if(vErrors === null){
 vErrors = [err40];
 }
@@ -589,10 +590,10 @@ vErrors.push(err40);
 }
 errors++;
 }
-}
-}
-else {
-const err41 = {instancePath:instancePath+"/images/" + i1+"/entrypoint",schemaPath:"#/properties/images/items/properties/entrypoint/type",keyword:"type",params:{type: "array"},message:"must be array"};
+const len2 = data15.length;
+for(let i2=0; i2<len2; i2++){
+if(typeof data15[i2] !== "string"){
+const err41 = {instancePath:instancePath+"/images/" + i1+"/entrypoint/" + i2,schemaPath:"#/properties/images/items/properties/entrypoint/items/type",keyword:"type",params:{type: "string"},message:"must be string"};
 if(vErrors === null){
 vErrors = [err41];
 }
@@ -602,13 +603,9 @@ vErrors.push(err41);
 errors++;
 }
 }
-if(data11.cmd !== undefined){
-let data16 = data11.cmd;
-if(Array.isArray(data16)){
-const len3 = data16.length;
-for(let i3=0; i3<len3; i3++){
-if(typeof data16[i3] !== "string"){
-const err42 = {instancePath:instancePath+"/images/" + i1+"/cmd/" + i3,schemaPath:"#/properties/images/items/properties/cmd/items/type",keyword:"type",params:{type: "string"},message:"must be string"};
+}
+else {
+const err42 = {instancePath:instancePath+"/images/" + i1+"/entrypoint",schemaPath:"#/properties/images/items/properties/entrypoint/type",keyword:"type",params:{type: "array"},message:"must be array"};
 if(vErrors === null){
 vErrors = [err42];
 }
@@ -618,9 +615,13 @@ vErrors.push(err42);
 errors++;
 }
 }
-}
-else {
-const err43 = {instancePath:instancePath+"/images/" + i1+"/cmd",schemaPath:"#/properties/images/items/properties/cmd/type",keyword:"type",params:{type: "array"},message:"must be array"};
+if(data12.cmd !== undefined){
+let data17 = data12.cmd;
+if(Array.isArray(data17)){
+const len3 = data17.length;
+for(let i3=0; i3<len3; i3++){
+if(typeof data17[i3] !== "string"){
+const err43 = {instancePath:instancePath+"/images/" + i1+"/cmd/" + i3,schemaPath:"#/properties/images/items/properties/cmd/items/type",keyword:"type",params:{type: "string"},message:"must be string"};
 if(vErrors === null){
 vErrors = [err43];
 }
@@ -630,11 +631,9 @@ vErrors.push(err43);
 errors++;
 }
 }
-if(data11.digest !== undefined){
-let data18 = data11.digest;
-if(typeof data18 === "string"){
-if(!pattern0.test(data18)){
-const err44 = {instancePath:instancePath+"/images/" + i1+"/digest",schemaPath:"#/properties/images/items/properties/digest/pattern",keyword:"pattern",params:{pattern: "^sha256:[0-9a-f]{64}$"},message:"must match pattern \""+"^sha256:[0-9a-f]{64}$"+"\""};
+}
+else {
+const err44 = {instancePath:instancePath+"/images/" + i1+"/cmd",schemaPath:"#/properties/images/items/properties/cmd/type",keyword:"type",params:{type: "array"},message:"must be array"};
 if(vErrors === null){
 vErrors = [err44];
 }
@@ -644,8 +643,11 @@ vErrors.push(err44);
 errors++;
 }
 }
-else {
-const err45 = {instancePath:instancePath+"/images/" + i1+"/digest",schemaPath:"#/properties/images/items/properties/digest/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(data12.digest !== undefined){
+let data19 = data12.digest;
+if(typeof data19 === "string"){
+if(!pattern0.test(data19)){
+const err45 = {instancePath:instancePath+"/images/" + i1+"/digest",schemaPath:"#/properties/images/items/properties/digest/pattern",keyword:"pattern",params:{pattern: "^sha256:[0-9a-f]{64}$"},message:"must match pattern \""+"^sha256:[0-9a-f]{64}$"+"\""};
 if(vErrors === null){
 vErrors = [err45];
 }
@@ -655,11 +657,8 @@ vErrors.push(err45);
 errors++;
 }
 }
-if(data11.like !== undefined){
-let data19 = data11.like;
-if(typeof data19 === "string"){
-if(data19.length < 1){
-const err46 = {instancePath:instancePath+"/images/" + i1+"/like",schemaPath:"#/properties/images/items/properties/like/minLength",keyword:"minLength",params:{limit: 1},message:"must NOT have fewer than 1 characters"};
+else {
+const err46 = {instancePath:instancePath+"/images/" + i1+"/digest",schemaPath:"#/properties/images/items/properties/digest/type",keyword:"type",params:{type: "string"},message:"must be string"};
 if(vErrors === null){
 vErrors = [err46];
 }
@@ -669,8 +668,11 @@ vErrors.push(err46);
 errors++;
 }
 }
-else {
-const err47 = {instancePath:instancePath+"/images/" + i1+"/like",schemaPath:"#/properties/images/items/properties/like/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(data12.like !== undefined){
+let data20 = data12.like;
+if(typeof data20 === "string"){
+if(data20.length < 1){
+const err47 = {instancePath:instancePath+"/images/" + i1+"/like",schemaPath:"#/properties/images/items/properties/like/minLength",keyword:"minLength",params:{limit: 1},message:"must NOT have fewer than 1 characters"};
 if(vErrors === null){
 vErrors = [err47];
 }
@@ -680,9 +682,8 @@ vErrors.push(err47);
 errors++;
 }
 }
-}
 else {
-const err48 = {instancePath:instancePath+"/images/" + i1,schemaPath:"#/properties/images/items/type",keyword:"type",params:{type: "object"},message:"must be object"};
+const err48 = {instancePath:instancePath+"/images/" + i1+"/like",schemaPath:"#/properties/images/items/properties/like/type",keyword:"type",params:{type: "string"},message:"must be string"};
 if(vErrors === null){
 vErrors = [err48];
 }
@@ -694,7 +695,7 @@ errors++;
 }
 }
 else {
-const err49 = {instancePath:instancePath+"/images",schemaPath:"#/properties/images/type",keyword:"type",params:{type: "array"},message:"must be array"};
+const err49 = {instancePath:instancePath+"/images/" + i1,schemaPath:"#/properties/images/items/type",keyword:"type",params:{type: "object"},message:"must be object"};
 if(vErrors === null){
 vErrors = [err49];
 }
@@ -704,11 +705,9 @@ vErrors.push(err49);
 errors++;
 }
 }
-if(data.diagnosticsFile !== undefined){
-let data20 = data.diagnosticsFile;
-if(typeof data20 === "string"){
-if(data20.length < 1){
-const err50 = {instancePath:instancePath+"/diagnosticsFile",schemaPath:"#/properties/diagnosticsFile/minLength",keyword:"minLength",params:{limit: 1},message:"must NOT have fewer than 1 characters"};
+}
+else {
+const err50 = {instancePath:instancePath+"/images",schemaPath:"#/properties/images/type",keyword:"type",params:{type: "array"},message:"must be array"};
 if(vErrors === null){
 vErrors = [err50];
 }
@@ -718,8 +717,11 @@ vErrors.push(err50);
 errors++;
 }
 }
-else {
-const err51 = {instancePath:instancePath+"/diagnosticsFile",schemaPath:"#/properties/diagnosticsFile/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(data.diagnosticsFile !== undefined){
+let data21 = data.diagnosticsFile;
+if(typeof data21 === "string"){
+if(data21.length < 1){
+const err51 = {instancePath:instancePath+"/diagnosticsFile",schemaPath:"#/properties/diagnosticsFile/minLength",keyword:"minLength",params:{limit: 1},message:"must NOT have fewer than 1 characters"};
 if(vErrors === null){
 vErrors = [err51];
 }
@@ -729,10 +731,8 @@ vErrors.push(err51);
 errors++;
 }
 }
-if(data.registryLookup !== undefined){
-let data21 = data.registryLookup;
-if(!(((data21 === "missing") || (data21 === "never")) || (data21 === "always"))){
-const err52 = {instancePath:instancePath+"/registryLookup",schemaPath:"#/properties/registryLookup/enum",keyword:"enum",params:{allowedValues: schema11.properties.registryLookup.enum},message:"must be equal to one of the allowed values"};
+else {
+const err52 = {instancePath:instancePath+"/diagnosticsFile",schemaPath:"#/properties/diagnosticsFile/type",keyword:"type",params:{type: "string"},message:"must be string"};
 if(vErrors === null){
 vErrors = [err52];
 }
@@ -742,11 +742,10 @@ vErrors.push(err52);
 errors++;
 }
 }
-if(data.registryPlatform !== undefined){
-let data22 = data.registryPlatform;
-if(typeof data22 === "string"){
-if(!pattern1.test(data22)){
-const err53 = {instancePath:instancePath+"/registryPlatform",schemaPath:"#/properties/registryPlatform/pattern",keyword:"pattern",params:{pattern: "^[a-z0-9]+/[a-z0-9_]+(/[a-z0-9]+)?$"},message:"must match pattern \""+"^[a-z0-9]+/[a-z0-9_]+(/[a-z0-9]+)?$"+"\""};
+if(data.registryLookup !== undefined){
+let data22 = data.registryLookup;
+if(!(((data22 === "missing") || (data22 === "never")) || (data22 === "always"))){
+const err53 = {instancePath:instancePath+"/registryLookup",schemaPath:"#/properties/registryLookup/enum",keyword:"enum",params:{allowedValues: schema11.properties.registryLookup.enum},message:"must be equal to one of the allowed values"};
 if(vErrors === null){
 vErrors = [err53];
 }
@@ -756,8 +755,11 @@ vErrors.push(err53);
 errors++;
 }
 }
-else {
-const err54 = {instancePath:instancePath+"/registryPlatform",schemaPath:"#/properties/registryPlatform/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(data.registryPlatform !== undefined){
+let data23 = data.registryPlatform;
+if(typeof data23 === "string"){
+if(!pattern1.test(data23)){
+const err54 = {instancePath:instancePath+"/registryPlatform",schemaPath:"#/properties/registryPlatform/pattern",keyword:"pattern",params:{pattern: "^[a-z0-9]+/[a-z0-9_]+(/[a-z0-9]+)?$"},message:"must match pattern \""+"^[a-z0-9]+/[a-z0-9_]+(/[a-z0-9]+)?$"+"\""};
 if(vErrors === null){
 vErrors = [err54];
 }
@@ -767,11 +769,8 @@ vErrors.push(err54);
 errors++;
 }
 }
-if(data.registryTimeoutSeconds !== undefined){
-let data23 = data.registryTimeoutSeconds;
-if((typeof data23 == "number") && (isFinite(data23))){
-if(data23 > 60 || isNaN(data23)){
-const err55 = {instancePath:instancePath+"/registryTimeoutSeconds",schemaPath:"#/properties/registryTimeoutSeconds/maximum",keyword:"maximum",params:{comparison: "<=", limit: 60},message:"must be <= 60"};
+else {
+const err55 = {instancePath:instancePath+"/registryPlatform",schemaPath:"#/properties/registryPlatform/type",keyword:"type",params:{type: "string"},message:"must be string"};
 if(vErrors === null){
 vErrors = [err55];
 }
@@ -780,8 +779,12 @@ vErrors.push(err55);
 }
 errors++;
 }
-if(data23 <= 0 || isNaN(data23)){
-const err56 = {instancePath:instancePath+"/registryTimeoutSeconds",schemaPath:"#/properties/registryTimeoutSeconds/exclusiveMinimum",keyword:"exclusiveMinimum",params:{comparison: ">", limit: 0},message:"must be > 0"};
+}
+if(data.registryTimeoutSeconds !== undefined){
+let data24 = data.registryTimeoutSeconds;
+if((typeof data24 == "number") && (isFinite(data24))){
+if(data24 > 60 || isNaN(data24)){
+const err56 = {instancePath:instancePath+"/registryTimeoutSeconds",schemaPath:"#/properties/registryTimeoutSeconds/maximum",keyword:"maximum",params:{comparison: "<=", limit: 60},message:"must be <= 60"};
 if(vErrors === null){
 vErrors = [err56];
 }
@@ -790,9 +793,8 @@ vErrors.push(err56);
 }
 errors++;
 }
-}
-else {
-const err57 = {instancePath:instancePath+"/registryTimeoutSeconds",schemaPath:"#/properties/registryTimeoutSeconds/type",keyword:"type",params:{type: "number"},message:"must be number"};
+if(data24 <= 0 || isNaN(data24)){
+const err57 = {instancePath:instancePath+"/registryTimeoutSeconds",schemaPath:"#/properties/registryTimeoutSeconds/exclusiveMinimum",keyword:"exclusiveMinimum",params:{comparison: ">", limit: 0},message:"must be > 0"};
 if(vErrors === null){
 vErrors = [err57];
 }
@@ -802,11 +804,8 @@ vErrors.push(err57);
 errors++;
 }
 }
-if(data.cacheDir !== undefined){
-let data24 = data.cacheDir;
-if(typeof data24 === "string"){
-if(data24.length < 1){
-const err58 = {instancePath:instancePath+"/cacheDir",schemaPath:"#/properties/cacheDir/minLength",keyword:"minLength",params:{limit: 1},message:"must NOT have fewer than 1 characters"};
+else {
+const err58 = {instancePath:instancePath+"/registryTimeoutSeconds",schemaPath:"#/properties/registryTimeoutSeconds/type",keyword:"type",params:{type: "number"},message:"must be number"};
 if(vErrors === null){
 vErrors = [err58];
 }
@@ -816,8 +815,11 @@ vErrors.push(err58);
 errors++;
 }
 }
-else {
-const err59 = {instancePath:instancePath+"/cacheDir",schemaPath:"#/properties/cacheDir/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(data.cacheDir !== undefined){
+let data25 = data.cacheDir;
+if(typeof data25 === "string"){
+if(data25.length < 1){
+const err59 = {instancePath:instancePath+"/cacheDir",schemaPath:"#/properties/cacheDir/minLength",keyword:"minLength",params:{limit: 1},message:"must NOT have fewer than 1 characters"};
 if(vErrors === null){
 vErrors = [err59];
 }
@@ -827,15 +829,8 @@ vErrors.push(err59);
 errors++;
 }
 }
-if(data.registryInsecure !== undefined){
-let data25 = data.registryInsecure;
-if(Array.isArray(data25)){
-const len4 = data25.length;
-for(let i4=0; i4<len4; i4++){
-let data26 = data25[i4];
-if(typeof data26 === "string"){
-if(data26.length < 1){
-const err60 = {instancePath:instancePath+"/registryInsecure/" + i4,schemaPath:"#/properties/registryInsecure/items/minLength",keyword:"minLength",params:{limit: 1},message:"must NOT have fewer than 1 characters"};
+else {
+const err60 = {instancePath:instancePath+"/cacheDir",schemaPath:"#/properties/cacheDir/type",keyword:"type",params:{type: "string"},message:"must be string"};
 if(vErrors === null){
 vErrors = [err60];
 }
@@ -845,8 +840,15 @@ vErrors.push(err60);
 errors++;
 }
 }
-else {
-const err61 = {instancePath:instancePath+"/registryInsecure/" + i4,schemaPath:"#/properties/registryInsecure/items/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(data.registryInsecure !== undefined){
+let data26 = data.registryInsecure;
+if(Array.isArray(data26)){
+const len4 = data26.length;
+for(let i4=0; i4<len4; i4++){
+let data27 = data26[i4];
+if(typeof data27 === "string"){
+if(data27.length < 1){
+const err61 = {instancePath:instancePath+"/registryInsecure/" + i4,schemaPath:"#/properties/registryInsecure/items/minLength",keyword:"minLength",params:{limit: 1},message:"must NOT have fewer than 1 characters"};
 if(vErrors === null){
 vErrors = [err61];
 }
@@ -856,9 +858,8 @@ vErrors.push(err61);
 errors++;
 }
 }
-}
 else {
-const err62 = {instancePath:instancePath+"/registryInsecure",schemaPath:"#/properties/registryInsecure/type",keyword:"type",params:{type: "array"},message:"must be array"};
+const err62 = {instancePath:instancePath+"/registryInsecure/" + i4,schemaPath:"#/properties/registryInsecure/items/type",keyword:"type",params:{type: "string"},message:"must be string"};
 if(vErrors === null){
 vErrors = [err62];
 }
@@ -868,11 +869,9 @@ vErrors.push(err62);
 errors++;
 }
 }
-if(data.registryCaFile !== undefined){
-let data27 = data.registryCaFile;
-if(typeof data27 === "string"){
-if(data27.length < 1){
-const err63 = {instancePath:instancePath+"/registryCaFile",schemaPath:"#/properties/registryCaFile/minLength",keyword:"minLength",params:{limit: 1},message:"must NOT have fewer than 1 characters"};
+}
+else {
+const err63 = {instancePath:instancePath+"/registryInsecure",schemaPath:"#/properties/registryInsecure/type",keyword:"type",params:{type: "array"},message:"must be array"};
 if(vErrors === null){
 vErrors = [err63];
 }
@@ -882,8 +881,11 @@ vErrors.push(err63);
 errors++;
 }
 }
-else {
-const err64 = {instancePath:instancePath+"/registryCaFile",schemaPath:"#/properties/registryCaFile/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(data.registryCaFile !== undefined){
+let data28 = data.registryCaFile;
+if(typeof data28 === "string"){
+if(data28.length < 1){
+const err64 = {instancePath:instancePath+"/registryCaFile",schemaPath:"#/properties/registryCaFile/minLength",keyword:"minLength",params:{limit: 1},message:"must NOT have fewer than 1 characters"};
 if(vErrors === null){
 vErrors = [err64];
 }
@@ -893,11 +895,8 @@ vErrors.push(err64);
 errors++;
 }
 }
-if(data.reportFile !== undefined){
-let data28 = data.reportFile;
-if(typeof data28 === "string"){
-if(data28.length < 1){
-const err65 = {instancePath:instancePath+"/reportFile",schemaPath:"#/properties/reportFile/minLength",keyword:"minLength",params:{limit: 1},message:"must NOT have fewer than 1 characters"};
+else {
+const err65 = {instancePath:instancePath+"/registryCaFile",schemaPath:"#/properties/registryCaFile/type",keyword:"type",params:{type: "string"},message:"must be string"};
 if(vErrors === null){
 vErrors = [err65];
 }
@@ -907,8 +906,11 @@ vErrors.push(err65);
 errors++;
 }
 }
-else {
-const err66 = {instancePath:instancePath+"/reportFile",schemaPath:"#/properties/reportFile/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(data.reportFile !== undefined){
+let data29 = data.reportFile;
+if(typeof data29 === "string"){
+if(data29.length < 1){
+const err66 = {instancePath:instancePath+"/reportFile",schemaPath:"#/properties/reportFile/minLength",keyword:"minLength",params:{limit: 1},message:"must NOT have fewer than 1 characters"};
 if(vErrors === null){
 vErrors = [err66];
 }
@@ -918,14 +920,25 @@ vErrors.push(err66);
 errors++;
 }
 }
-}
 else {
-const err67 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
+const err67 = {instancePath:instancePath+"/reportFile",schemaPath:"#/properties/reportFile/type",keyword:"type",params:{type: "string"},message:"must be string"};
 if(vErrors === null){
 vErrors = [err67];
 }
 else {
 vErrors.push(err67);
+}
+errors++;
+}
+}
+}
+else {
+const err68 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(vErrors === null){
+vErrors = [err68];
+}
+else {
+vErrors.push(err68);
 }
 errors++;
 }

@@ -47,6 +47,8 @@ export interface Options {
   registryCaFile?: string;
   /** Seconds one nvidia-smi query may take before the preflight counts it as unavailable (hung). */
   nvidiaSmiTimeoutSeconds: number;
+  /** `off`: parse every document with the `yaml` library alone, never the fast path (src/yaml-fast.ts). */
+  fastParse: 'on' | 'off';
 }
 
 export const DEFAULT_OPTIONS: Readonly<Options> = Object.freeze({
@@ -63,6 +65,7 @@ export const DEFAULT_OPTIONS: Readonly<Options> = Object.freeze({
   registryTimeoutSeconds: 5,
   registryInsecure: [],
   nvidiaSmiTimeoutSeconds: 10,
+  fastParse: 'on',
 });
 
 type Key = keyof Options;
@@ -85,6 +88,7 @@ export const SCALAR_OPTIONS: readonly { key: Key; flag: string; env: string; kin
   { key: 'registryTimeoutSeconds', flag: '--registry-timeout-seconds', env: 'VRAM_PREFLIGHT_REGISTRY_TIMEOUT_SECONDS', kind: 'number', help: 'per-request registry timeout (default 5)' },
   { key: 'registryInsecure', flag: '--registry-insecure', env: 'VRAM_PREFLIGHT_REGISTRY_INSECURE', kind: 'list', help: 'registry host[:port] reached over plain HTTP or unverified TLS (repeatable; env: comma list)' },
   { key: 'registryCaFile', flag: '--registry-ca-file', env: 'VRAM_PREFLIGHT_REGISTRY_CA_FILE', kind: 'text', help: 'extra CA certificates (PEM) trusted for registries' },
+  { key: 'fastParse', flag: '--fast-parse', env: 'VRAM_PREFLIGHT_FAST_PARSE', kind: 'text', help: 'on|off: read plain rendered YAML with the fast parser, falling back to the yaml library (default on)' },
   { key: 'cacheDir', flag: '--cache-dir', env: 'VRAM_PREFLIGHT_CACHE_DIR', kind: 'text', help: 'registry answer cache (default $XDG_CACHE_HOME/vram-preflight)' },
 ];
 

@@ -4,7 +4,7 @@
  * it. Everything it reads comes in as values and nodes; it returns a report
  * and, for a target, the edit.
  */
-import type { Document, YAMLMap } from 'yaml';
+import type { YAMLMap } from 'yaml';
 import type { Options } from './config.js';
 import { PreflightError, type DocumentRef, type ErrorDetails } from './errors.js';
 import { ANNOTATION_CONTAINERS, ANNOTATION_SKIP, imageIsVllmFamily, isHuggingfaceServer, mentionsVllmFlag, nameSelected, runsOnCpu, startsVllmInBackground, vllmEvidence } from './detect.js';
@@ -16,6 +16,7 @@ import { isWrapped, resolveStart, WRAPPER_COMMAND, type ContainerStart, type Sta
 import { readUtilization, type EnvVar, type Utilization } from './utilization.js';
 import type { IntendedStart, ValuePath } from './verify.js';
 import { VERSION } from './version.js';
+import type { ParsedDocument } from './yaml-nodes.js';
 
 export type Action = 'wrap' | 'rewrap' | 'unchanged' | 'unwrap' | 'skip' | 'cannot-wrap' | 'error';
 
@@ -56,7 +57,7 @@ export interface ContainerInput {
   /** Path of the container in the document's value, for the after-edit check. */
   path: ValuePath;
   podSpec: Record<string, unknown>;
-  doc: Document;
+  doc: ParsedDocument;
   /** The text node ranges refer to (the chunk). */
   text: string;
   nl: '\n' | '\r\n';

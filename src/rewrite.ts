@@ -3,9 +3,9 @@
  * Only the bytes of those two entries change; every other byte of the
  * document, comments, quoting and Helm's odd indentation included, stays.
  */
-import { isAlias, isScalar, isSeq, type Document, type Node, type Pair, type YAMLMap } from 'yaml';
+import { isAlias, isScalar, isSeq, type Node, type Pair, type YAMLMap } from 'yaml';
 import { PreflightError, type ErrorDetails } from './errors.js';
-import { effectivePair, keyName, resolveAlias } from './yaml-nodes.js';
+import { effectivePair, keyName, resolveAlias, type ParsedDocument } from './yaml-nodes.js';
 
 export interface TextEdit {
   start: number;
@@ -169,7 +169,7 @@ export interface ReadArgv {
  * wins, merge keys and aliases followed); null when absent, null or empty
  * (Kubernetes: not given).
  */
-export function readArgv(container: YAMLMap, key: 'command' | 'args', doc: Document, text: string, context: ErrorDetails): ReadArgv {
+export function readArgv(container: YAMLMap, key: 'command' | 'args', doc: ParsedDocument, text: string, context: ErrorDetails): ReadArgv {
   const found = effectivePair(container, key, doc);
   const node = found ? (resolveAlias(found.pair.value, doc) as Node | null | undefined) : undefined;
   if (node === undefined || node === null) return { items: null };

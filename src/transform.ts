@@ -9,7 +9,7 @@
  * (src/container.ts); apply the edits (src/rewrite.ts) and check the edited
  * text means what was intended (src/verify.ts). Everything else is copied.
  */
-import { isMap, isSeq, parseAllDocuments, type Document, type Node } from 'yaml';
+import { isMap, isSeq, type Node } from 'yaml';
 import type { Options } from './config.js';
 import { decideContainer, type ContainerEdit, type ContainerReport, type PodControls } from './container.js';
 import { ANNOTATION_CONTAINERS, ANNOTATION_SKIP, ANNOTATION_UTILIZATION } from './detect.js';
@@ -21,7 +21,8 @@ import type { RegistryAnswers, StartSources } from './start.js';
 import { LineIndex, lineEnding, splitStream, type Chunk } from './stream.js';
 import { formatPath, verifyEditedChunk, type IntendedStart } from './verify.js';
 import { findOperatorKind, findWorkloadKind, LIST_KIND, OPERATOR_KINDS, templatesOf, type FoundTemplate } from './workloads.js';
-import { effectiveGet, findDuplicateKeys, PARSE_OPTIONS, resolveAlias } from './yaml-nodes.js';
+import { parseDocuments } from './yaml-fast.js';
+import { effectiveGet, findDuplicateKeys, resolveAlias, type ParsedDocument } from './yaml-nodes.js';
 
 export type { Action, ContainerReport } from './container.js';
 
@@ -58,12 +59,11 @@ function candidateTest(options: Options): (text: string) => boolean {
 }
 
 /** DRA claims can be defined anywhere in the stream (Helm sorts unknown kinds last): read them first. */
-function collectDeviceClaims(chunks: readonly Chunk[]): DeviceClaims {
+function collectDeviceClaims(chunks: readonly Chunk[], fast: boolean): DeviceClaims {
   const claims = emptyDeviceClaims();
   for (const chunk of chunks) {
     if (!chunk.text.includes('ResourceClaim') || !chunk.text.includes('resource.k8s.io')) continue;
-    const docs = parseAllDocuments(chunk.text, PARSE_OPTIONS);
-    for (const doc of Array.isArray(docs) ? docs : []) {
+    for (const doc of parseDocuments(chunk.text, fast)) {
       if (doc.errors.length) continue;
       try {
         const value = doc.toJS() as unknown;
@@ -89,7 +89,7 @@ function valueAt(value: unknown, path: readonly (string | number)[]): unknown {
 }
 
 /** The node at a value path, following merge keys and aliases exactly as the value was built. */
-function nodeAt(root: unknown, path: readonly (string | number)[], doc: Document): unknown {
+function nodeAt(root: unknown, path: readonly (string | number)[], doc: ParsedDocument): unknown {
   let node = resolveAlias(root, doc);
   for (const step of path) {
     if (typeof step === 'number') node = isSeq(node) ? resolveAlias(node.items[step], doc) : undefined;
@@ -104,7 +104,7 @@ function annotationsOf(objectValue: unknown): Plain {
 
 /** One document being visited. */
 interface DocumentVisit {
-  doc: Document;
+  doc: ParsedDocument;
   value: unknown;
   ref: DocumentRef;
   chunk: Chunk;
@@ -270,7 +270,7 @@ function sourceOf(before: string, previousChunk: string | undefined): string | u
   return SOURCE_COMMENT.exec(before)?.[1] ?? (previousChunk !== undefined && COMMENTS_ONLY.test(previousChunk) ? SOURCE_COMMENT.exec(previousChunk)?.[1] : undefined);
 }
 
-function documentRef(lines: LineIndex, chunk: Chunk, doc: Document, value: Plain | undefined, index: number, previousChunk: string | undefined): DocumentRef {
+function documentRef(lines: LineIndex, chunk: Chunk, doc: ParsedDocument, value: Plain | undefined, index: number, previousChunk: string | undefined): DocumentRef {
   const contents = doc.contents as Node | null;
   const contentStart = contents?.range?.[0] ?? doc.range?.[0] ?? 0;
   const metadata = asObject(value?.metadata);
@@ -297,15 +297,15 @@ function refFromText(lines: LineIndex, chunk: Chunk, index: number, previousChun
 }
 
 /** Applies a document chunk's edits, checks them, and refuses any edit that would mean more than intended. */
-function editChunk(chunk: Chunk, values: readonly unknown[], edits: DocumentVisit['edits'][], result: TransformResult): string {
+function editChunk(chunk: Chunk, values: readonly unknown[], edits: DocumentVisit['edits'][], result: TransformResult, fast: boolean): string {
   const all = edits.flat();
   if (all.length === 0) return chunk.text;
   const intended = (subset: readonly (readonly DocumentVisit['edits'][number][])[]): IntendedStart[][] => subset.map((list) => list.map((e) => e.intended));
   const edited = applyEdits(chunk.text, all.flatMap((e) => e.edits));
-  const problem = verifyEditedChunk(edited, values, intended(edits));
+  const problem = verifyEditedChunk(edited, values, intended(edits), fast);
   if (!problem) return edited;
   // Find the edit(s) at fault: each alone, against the same check.
-  const alone = all.map((one) => ({ one, problem: verifyEditedChunk(applyEdits(chunk.text, one.edits), values, intended(edits.map((list) => list.filter((e) => e === one)))) }));
+  const alone = all.map((one) => ({ one, problem: verifyEditedChunk(applyEdits(chunk.text, one.edits), values, intended(edits.map((list) => list.filter((e) => e === one))), fast) }));
   const culprits = alone.filter((a) => a.problem !== undefined);
   for (const { one, problem: single } of culprits.length ? culprits : alone) {
     const { report } = one;
@@ -333,7 +333,8 @@ export function transform(stream: string, options: Options, input: TransformInpu
   const isCandidate = candidateTest(options);
   const lines = new LineIndex(stream);
   const chunks = splitStream(stream);
-  const claims = collectDeviceClaims(chunks);
+  const fast = options.fastParse !== 'off';
+  const claims = collectDeviceClaims(chunks, fast);
   const sources: StartSources = { images: options.images, registry: input.registry ?? new Map(), lookup: options.registryLookup };
   const wanted = new Set<string>();
   let index = 0;
@@ -346,11 +347,11 @@ export function transform(stream: string, options: Options, input: TransformInpu
       pieces.push(chunk.text);
       continue;
     }
-    const docs = parseAllDocuments(chunk.text, PARSE_OPTIONS);
+    const docs = parseDocuments(chunk.text, fast);
     const values: unknown[] = [];
     const editsByDoc: DocumentVisit['edits'][] = [];
     let broken = false;
-    for (const [i, doc] of (Array.isArray(docs) ? docs : []).entries()) {
+    for (const [i, doc] of docs.entries()) {
       const syntax = doc.errors[0];
       if (syntax) {
         // The parser's own "at line N" counts from the chunk, not the stream: drop it.
@@ -378,7 +379,7 @@ export function transform(stream: string, options: Options, input: TransformInpu
       visitObject(visit, value, []);
       editsByDoc.push(visit.edits);
     }
-    pieces.push(broken ? chunk.text : editChunk(chunk, values, editsByDoc, result));
+    pieces.push(broken ? chunk.text : editChunk(chunk, values, editsByDoc, result, fast));
   }
   result.wantedImages = [...wanted];
   return result;

@@ -6,8 +6,7 @@
  * change another, or leave an alias without its anchor. Such an edit is
  * never emitted: the container is refused with the path that would change.
  */
-import { parseAllDocuments } from 'yaml';
-import { PARSE_OPTIONS } from './yaml-nodes.js';
+import { parseDocuments } from './yaml-fast.js';
 
 export type ValuePath = readonly (string | number)[];
 
@@ -82,9 +81,8 @@ export interface VerifyProblem {
  * Checks an edited chunk against the original documents' values and the
  * starts intended for each document (by index in the chunk).
  */
-export function verifyEditedChunk(editedText: string, originals: readonly unknown[], intended: readonly (readonly IntendedStart[])[]): VerifyProblem | undefined {
-  const docs = parseAllDocuments(editedText, PARSE_OPTIONS);
-  const list = Array.isArray(docs) ? docs : [];
+export function verifyEditedChunk(editedText: string, originals: readonly unknown[], intended: readonly (readonly IntendedStart[])[], fast = true): VerifyProblem | undefined {
+  const list = parseDocuments(editedText, fast);
   if (list.length !== originals.length) return { document: 0, message: `the edit would split or merge documents (${originals.length} before, ${list.length} after)` };
   for (const [i, doc] of list.entries()) {
     const error = doc.errors[0];

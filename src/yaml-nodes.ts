@@ -8,6 +8,17 @@
  */
 import { isAlias, isMap, isScalar, isSeq, type Document, type Node, type Pair, type YAMLMap } from 'yaml';
 
+/**
+ * A parsed document: `yaml`'s Document, or one read by the fast path
+ * (src/yaml-fast.ts), which builds the same nodes (and never aliases).
+ */
+export interface ParsedDocument {
+  contents: unknown;
+  range?: readonly [number, number, number];
+  errors: readonly { message: string; pos: readonly [number, number] }[];
+  toJS(): unknown;
+}
+
 /** Options for every parse: what the cluster reads, not what YAML 1.2 strictly allows. */
 export const PARSE_OPTIONS = { uniqueKeys: false, merge: true } as const;
 
@@ -25,14 +36,15 @@ export function keyName(pair: Pair): string | undefined {
 }
 
 /** The node an alias stands for; any other node as it is. */
-export function resolveAlias(node: unknown, doc: Document): unknown {
+export function resolveAlias(node: unknown, doc: ParsedDocument): unknown {
   let current = node;
-  for (let hops = 0; isAlias(current) && hops < MAX_MERGE_DEPTH; hops++) current = current.resolve(doc);
+  // Only `yaml`'s documents hold aliases.
+  for (let hops = 0; isAlias(current) && hops < MAX_MERGE_DEPTH; hops++) current = current.resolve(doc as Document);
   return current;
 }
 
 /** Mappings a `<<` value merges in, highest precedence first. */
-function mergeSources(value: unknown, doc: Document): YAMLMap[] {
+function mergeSources(value: unknown, doc: ParsedDocument): YAMLMap[] {
   const resolved = resolveAlias(value, doc);
   if (isMap(resolved)) return [resolved];
   if (isSeq(resolved)) return resolved.items.map((item) => resolveAlias(item, doc)).filter((item): item is YAMLMap => isMap(item));
@@ -46,7 +58,7 @@ export interface EffectivePair {
 }
 
 /** The pair that decides `key` in `map`: its last own pair, else the first merge source that has one. */
-export function effectivePair(map: YAMLMap, key: string, doc: Document, depth = 0): EffectivePair | undefined {
+export function effectivePair(map: YAMLMap, key: string, doc: ParsedDocument, depth = 0): EffectivePair | undefined {
   let own: Pair | undefined;
   const merges: Pair[] = [];
   for (const pair of map.items) {
@@ -65,7 +77,7 @@ export function effectivePair(map: YAMLMap, key: string, doc: Document, depth = 
 }
 
 /** The value node of `key` in `map` (aliases resolved), as the cluster sees it. */
-export function effectiveGet(map: unknown, key: string, doc: Document): unknown {
+export function effectiveGet(map: unknown, key: string, doc: ParsedDocument): unknown {
   if (!isMap(map)) return undefined;
   const found = effectivePair(map, key, doc);
   return found ? resolveAlias(found.pair.value, doc) : undefined;

@@ -1,0 +1,524 @@
+/**
+ * A narrow YAML parse path for the plain block YAML that Helm renders, with
+ * the `yaml` library's own node classes and exactly the ranges, types and
+ * values `yaml` gives (src/rewrite.ts edits text at those ranges).
+ *
+ * Why: a post-renderer runs once per `helm template`/install/upgrade and per
+ * Argo CD refresh, and almost all of a short run's time went to composing
+ * candidate documents with `yaml`'s general (and, in a fresh process, cold)
+ * code. This parser reads only what rendered manifests are made of and
+ * answers `undefined` for anything else, and the caller then parses with
+ * `yaml` (`parseDocuments`). It never reports an error itself: a document it
+ * cannot read fully goes to `yaml`, which says what is wrong.
+ *
+ * Read here: one document (an optional leading `---`, blank and comment lines
+ * before it); block mappings and sequences (compact `- key: value` items,
+ * sequences written at their key's indentation); single-line plain,
+ * single-quoted and double-quoted (escapes \\ \" \/ \n \t) scalars; one-line
+ * flow sequences of such scalars; `{}`; literal block scalars `|` and `|-`;
+ * a comment at the end of a value's line.
+ *
+ * Everything else goes to `yaml`: tabs, CR, directives, several documents,
+ * anchors, aliases, tags, merge keys, explicit `?` keys, duplicate keys, keys
+ * that are not strings, a `__proto__` key, comment lines after the content
+ * starts, multi-line plain and quoted scalars, folded and kept block
+ * scalars, indentation indicators, flow mappings other than `{}`, nested
+ * flow collections, empty sequence items. test/yaml-fast.test.ts checks it
+ * against `yaml` on every fixture and on generated documents.
+ *
+ * `VRAM_PREFLIGHT_FAST_PARSE=off` (or `--no-fast-parse`) turns it off.
+ */
+import { Pair, parseAllDocuments, Scalar, YAMLMap, YAMLSeq, type Node } from 'yaml';
+import { PARSE_OPTIONS, type ParsedDocument } from './yaml-nodes.js';
+
+/** All documents of `text`: the fast path's one document when it reads it fully, else `yaml`'s. */
+export function parseDocuments(text: string, fast = true): ParsedDocument[] {
+  const doc = fast ? parseSimpleDocument(text) : undefined;
+  if (doc) return [doc];
+  const docs = parseAllDocuments(text, PARSE_OPTIONS);
+  return Array.isArray(docs) ? docs : [];
+}
+
+/** Thrown (one shared value, no stack) when the text leaves what this parser reads. */
+const GIVE_UP: unique symbol = Symbol('fall back to yaml');
+
+const SPACE = 0x20;
+const NEWLINE = 0x0a;
+const HASH = 0x23;
+const COLON = 0x3a;
+const DASH = 0x2d;
+const DOUBLE_QUOTE = 0x22;
+const SINGLE_QUOTE = 0x27;
+const BACKSLASH = 0x5c;
+const PIPE = 0x7c;
+const OPEN_BRACKET = 0x5b;
+const CLOSE_BRACKET = 0x5d;
+const OPEN_BRACE = 0x7b;
+const CLOSE_BRACE = 0x7d;
+const COMMA = 0x2c;
+
+/** Characters that cannot start a plain scalar here, or start one only `yaml` reads (c-indicator, YAML 1.2 §5.3). */
+const NOT_PLAIN_START = new Set([...',[]{}#&*!|>\'"%@`'].map((c) => c.charCodeAt(0)));
+
+const FLOAT_EXP = /^[-+]?(?:\.[0-9]+|[0-9]+(?:\.[0-9]*)?)[eE][-+]?[0-9]+$/;
+const FLOAT = /^[-+]?(?:\.[0-9]+|[0-9]+\.[0-9]*)$/;
+
+/** `yaml`'s core schema, in its order: what a plain scalar's text means. */
+function resolvePlain(text: string): unknown {
+  const first = text.charCodeAt(0);
+  // Only these characters can start a non-string: most scalars are strings, decided here.
+  if (!(first === 0x7e || first === 0x6e || first === 0x4e || first === 0x74 || first === 0x54 || first === 0x66 || first === 0x46 || first === 0x2b || first === DASH || first === 0x2e || (first >= 0x30 && first <= 0x39) || text === '')) {
+    return text;
+  }
+  if (/^(?:~|[Nn]ull|NULL)?$/.test(text)) return null;
+  if (/^(?:[Tt]rue|TRUE)$/.test(text)) return true;
+  if (/^(?:[Ff]alse|FALSE)$/.test(text)) return false;
+  if (/^0o[0-7]+$/.test(text)) return parseInt(text.slice(2), 8);
+  if (/^[-+]?[0-9]+$/.test(text)) return parseInt(text, 10);
+  if (/^0x[0-9a-fA-F]+$/.test(text)) return parseInt(text.slice(2), 16);
+  if (/^(?:[-+]?\.(?:inf|Inf|INF)|\.nan|\.NaN|\.NAN)$/.test(text)) return text.endsWith('nan') || text.endsWith('NaN') || text.endsWith('NAN') ? NaN : text[0] === '-' ? Number.NEGATIVE_INFINITY : Number.POSITIVE_INFINITY;
+  if (FLOAT_EXP.test(text) || FLOAT.test(text)) return parseFloat(text);
+  return text;
+}
+
+/** `yaml` keeps a float's written fraction digits (`1.50`) for output; the node should be the same. */
+function plainScalar(text: string, start: number, end: number, after: number): Scalar {
+  const value = resolvePlain(text);
+  const scalar = new Scalar(value);
+  if (typeof value === 'number') {
+    if (/^0o[0-7]+$/.test(text)) scalar.format = 'OCT';
+    else if (/^0x[0-9a-fA-F]+$/.test(text)) scalar.format = 'HEX';
+    else if (FLOAT_EXP.test(text)) scalar.format = 'EXP';
+    else if (FLOAT.test(text) && text.endsWith('0')) scalar.minFractionDigits = text.length - text.indexOf('.') - 1;
+  }
+  return finish(scalar, text, 'PLAIN', start, end, after);
+}
+
+function finish(scalar: Scalar, source: string, type: Scalar.Type, start: number, end: number, after: number): Scalar {
+  scalar.range = [start, end, after];
+  scalar.source = source;
+  scalar.type = type;
+  return scalar;
+}
+
+class Reader {
+  constructor(private readonly text: string) {}
+
+  private code(at: number): number {
+    return this.text.charCodeAt(at);
+  }
+
+  /** Offset of the newline ending the line that holds `at`, or the text's length. */
+  private lineEnd(at: number): number {
+    const newline = this.text.indexOf('\n', at);
+    return newline === -1 ? this.text.length : newline;
+  }
+
+  /** Offset of the next line's start (the text's length on the last line). */
+  private nextLine(at: number): number {
+    const end = this.lineEnd(at);
+    return end === this.text.length ? end : end + 1;
+  }
+
+  private skipSpaces(at: number): number {
+    while (this.code(at) === SPACE) at++;
+    return at;
+  }
+
+  private isLineEnd(at: number): boolean {
+    return at >= this.text.length || this.code(at) === NEWLINE;
+  }
+
+  /** True at the end of the line or at a space, the end of the text: what may follow a `:` or `-` indicator. */
+  private isBreakOrSpace(at: number): boolean {
+    return this.isLineEnd(at) || this.code(at) === SPACE;
+  }
+
+  /**
+   * The first line at or after `lineStart` that holds content: its start and
+   * indentation; undefined at the end of the text. Blank lines are skipped; a
+   * comment line or a document marker ends what this parser reads.
+   */
+  private nextContent(lineStart: number): { start: number; indent: number } | undefined {
+    let at = lineStart;
+    while (at < this.text.length) {
+      const first = this.skipSpaces(at);
+      if (this.isLineEnd(first)) {
+        at = this.nextLine(first);
+        continue;
+      }
+      if (this.code(first) === HASH) throw GIVE_UP;
+      if (first === at && (this.text.startsWith('---', at) || this.text.startsWith('...', at))) throw GIVE_UP;
+      return { start: at, indent: first - at };
+    }
+    return undefined;
+  }
+
+  /** After a value on its line: spaces, an optional comment, the line's end. Returns the next line's start. */
+  private endOfValueLine(at: number): number {
+    const next = this.skipSpaces(at);
+    if (this.isLineEnd(next)) return this.nextLine(next);
+    if (this.code(next) === HASH && next > at) return this.nextLine(next);
+    throw GIVE_UP;
+  }
+
+  parseDocument(): ParsedDocument {
+    const text = this.text;
+    if (text.includes('\t') || text.includes('\r') || text.charCodeAt(0) === 0xfeff) throw GIVE_UP;
+    // Before the content: blank lines, comment lines and at most one `---` line.
+    let at = 0;
+    let marker = -1;
+    for (;;) {
+      if (at >= text.length) throw GIVE_UP; // no content: yaml's empty document
+      const first = this.skipSpaces(at);
+      if (this.isLineEnd(first) || this.code(first) === HASH) {
+        at = this.nextLine(first);
+        continue;
+      }
+      if (first === at && text.startsWith('---', at)) {
+        if (marker !== -1 || this.code(at + 3) !== NEWLINE) throw GIVE_UP;
+        marker = at;
+        at = this.nextLine(at);
+        continue;
+      }
+      if (first === at && (this.code(at) === 0x25 || text.startsWith('...', at))) throw GIVE_UP;
+      break;
+    }
+    const start = this.skipSpaces(at);
+    const indent = start - at;
+    const root = this.isSeqItem(start) ? this.blockSeq(start, indent) : this.blockMap(start, indent);
+    if (this.nextContent(root.next) !== undefined) throw GIVE_UP;
+    const node = root.node;
+    const end = node.range![2];
+    // An empty value last leaves its line's end outside every node, where yaml's document range differs: rare, handed over.
+    if (end < text.length && this.code(end - 1) !== NEWLINE) throw GIVE_UP;
+    return {
+      contents: node,
+      // yaml's document starts at its `---`, else at the line of its content.
+      range: [marker === -1 ? at : marker, end, text.length],
+      errors: [],
+      toJS: () => toJS(node),
+    };
+  }
+
+  private isSeqItem(at: number): boolean {
+    return this.code(at) === DASH && this.isBreakOrSpace(at + 1);
+  }
+
+  /** A block node starting at `start` (the first content of a line, `indent` spaces in). */
+  private blockNode(start: number, indent: number): { node: Node; next: number } {
+    return this.isSeqItem(start) ? this.blockSeq(start, indent) : this.blockMap(start, indent);
+  }
+
+  private blockMap(start: number, indent: number): { node: YAMLMap; next: number } {
+    const map = new YAMLMap();
+    const names = new Set<string>();
+    let keyStart = start;
+    let end = start;
+    for (;;) {
+      const key = this.key(keyStart);
+      if (key === undefined) throw GIVE_UP;
+      const name = key.scalar.value as string;
+      if (names.has(name)) throw GIVE_UP;
+      names.add(name);
+      const { value, next } = this.pairValue(key.after, indent);
+      map.items.push(new Pair(key.scalar, value));
+      end = value.range![2];
+      const following = this.nextContent(next);
+      if (following === undefined || following.indent < indent) {
+        map.range = [start, end, end];
+        return { node: map, next };
+      }
+      // A deeper line here continues a scalar over lines; a `-` is not a key: yaml reads (or rejects) both.
+      if (following.indent > indent || this.isSeqItem(following.start + indent)) throw GIVE_UP;
+      keyStart = following.start + indent;
+    }
+  }
+
+  /** The value after a key's `:` (at `at`), in a mapping `indent` spaces in. */
+  private pairValue(at: number, indent: number): { value: Node; next: number } {
+    const start = this.skipSpaces(at);
+    if (!this.isLineEnd(start)) return this.inlineValue(start, indent);
+    // Nothing on the key's line: the value is the block below, or empty.
+    const lineAfter = this.nextLine(start);
+    const below = this.nextContent(lineAfter);
+    if (below !== undefined) {
+      const first = below.start + below.indent;
+      if (below.indent > indent) return this.blockNodeValue(first, below.indent);
+      // A sequence may sit at its key's indentation.
+      if (below.indent === indent && this.isSeqItem(first)) return this.blockNodeValue(first, indent);
+    }
+    // yaml's empty value: a null plain scalar just after the `:`.
+    if (start !== at) throw GIVE_UP; // spaces after the `:`: where yaml puts the empty node was not checked
+    return { value: finish(new Scalar(null), '', 'PLAIN', at, at, at), next: lineAfter };
+  }
+
+  private blockNodeValue(start: number, indent: number): { value: Node; next: number } {
+    const { node, next } = this.blockNode(start, indent);
+    return { value: node, next };
+  }
+
+  /** A value that starts on the current line at `start`; `indent`: that of the collection holding it. */
+  private inlineValue(start: number, indent: number): { value: Node; next: number } {
+    const c = this.code(start);
+    if (c === DOUBLE_QUOTE || c === SINGLE_QUOTE) {
+      const quoted = this.quoted(start);
+      const next = this.endOfValueLine(quoted.end);
+      this.noContinuation(next, indent);
+      return { value: finish(new Scalar(quoted.value), quoted.value, c === DOUBLE_QUOTE ? 'QUOTE_DOUBLE' : 'QUOTE_SINGLE', start, quoted.end, next), next };
+    }
+    if (c === PIPE) return this.literal(start, indent);
+    if (c === OPEN_BRACKET) return this.flowSeq(start, indent);
+    if (c === OPEN_BRACE) {
+      if (this.code(start + 1) !== CLOSE_BRACE) throw GIVE_UP;
+      const next = this.endOfValueLine(start + 2);
+      this.noContinuation(next, indent);
+      const map = new YAMLMap();
+      map.flow = true;
+      map.range = [start, start + 2, next];
+      return { value: map, next };
+    }
+    const plain = this.plainOnLine(start);
+    const next = this.endOfValueLine(plain.end);
+    this.noContinuation(next, indent);
+    return { value: plainScalar(plain.text, start, plain.end, next), next };
+  }
+
+  /** A following line deeper than the collection would continue the scalar over lines: yaml's to read. */
+  private noContinuation(next: number, indent: number): void {
+    const following = this.nextContent(next);
+    if (following !== undefined && following.indent > indent) throw GIVE_UP;
+  }
+
+  /** A plain scalar that ends on its line: its text and end (before trailing spaces and a comment). */
+  private plainOnLine(start: number): { text: string; end: number } {
+    const c = this.code(start);
+    if (NOT_PLAIN_START.has(c) || ((c === DASH || c === 0x3f || c === COLON) && this.isBreakOrSpace(start + 1))) throw GIVE_UP;
+    const lineEnd = this.lineEnd(start);
+    let end = start;
+    for (let at = start; at < lineEnd; at++) {
+      const ch = this.code(at);
+      if (ch === HASH && this.code(at - 1) === SPACE) break;
+      // `: ` inside a value starts a mapping yaml rejects here; `:` at the end is a key.
+      if (ch === COLON && this.isBreakOrSpace(at + 1)) throw GIVE_UP;
+      if (ch !== SPACE) end = at + 1;
+    }
+    return { text: this.text.slice(start, end), end };
+  }
+
+  /**
+   * A key at `start` followed by `:` and a space or the line's end; undefined
+   * when the line holds no key there.
+   */
+  private key(start: number): { scalar: Scalar; after: number } | undefined {
+    const c = this.code(start);
+    if (c === DOUBLE_QUOTE || c === SINGLE_QUOTE) {
+      const quoted = this.quoted(start);
+      if (this.code(quoted.end) !== COLON) {
+        if (this.code(this.skipSpaces(quoted.end)) === COLON) throw GIVE_UP;
+        return undefined;
+      }
+      if (!this.isBreakOrSpace(quoted.end + 1)) return undefined;
+      this.checkKey(quoted.value, quoted.end - start);
+      return { scalar: finish(new Scalar(quoted.value), quoted.value, c === DOUBLE_QUOTE ? 'QUOTE_DOUBLE' : 'QUOTE_SINGLE', start, quoted.end, quoted.end), after: quoted.end + 1 };
+    }
+    if (NOT_PLAIN_START.has(c) || ((c === DASH || c === 0x3f || c === COLON) && this.isBreakOrSpace(start + 1))) return undefined;
+    const lineEnd = this.lineEnd(start);
+    let end = start;
+    for (let at = start; at < lineEnd; at++) {
+      const ch = this.code(at);
+      if (ch === HASH && this.code(at - 1) === SPACE) return undefined;
+      if (ch === COLON && this.isBreakOrSpace(at + 1)) {
+        const text = this.text.slice(start, end);
+        if (resolvePlain(text) !== text) throw GIVE_UP; // null, bool or number keys: yaml's to read
+        this.checkKey(text, at - start);
+        return { scalar: finish(new Scalar(text), text, 'PLAIN', start, end, end), after: at + 1 };
+      }
+      if (ch !== SPACE) end = at + 1;
+    }
+    return undefined;
+  }
+
+  private checkKey(name: string, length: number): void {
+    if (name === '<<' || name === '__proto__' || length > 1024) throw GIVE_UP;
+  }
+
+  /** A quoted scalar that closes on its line: its value and the offset after the closing quote. */
+  private quoted(start: number): { value: string; end: number } {
+    const quote = this.code(start);
+    const lineEnd = this.lineEnd(start);
+    let value = '';
+    let from = start + 1;
+    for (let at = start + 1; at < lineEnd; at++) {
+      const ch = this.code(at);
+      if (quote === SINGLE_QUOTE) {
+        if (ch !== SINGLE_QUOTE) continue;
+        value += this.text.slice(from, at);
+        if (this.code(at + 1) === SINGLE_QUOTE) {
+          value += "'";
+          from = ++at + 1;
+          continue;
+        }
+        return { value, end: at + 1 };
+      }
+      if (ch === DOUBLE_QUOTE) return { value: value + this.text.slice(from, at), end: at + 1 };
+      if (ch === BACKSLASH) {
+        const escaped = this.code(at + 1);
+        const meaning = escaped === BACKSLASH ? '\\' : escaped === DOUBLE_QUOTE ? '"' : escaped === 0x2f ? '/' : escaped === 0x6e ? '\n' : escaped === 0x74 ? '\t' : undefined;
+        if (meaning === undefined) throw GIVE_UP;
+        value += this.text.slice(from, at) + meaning;
+        from = ++at + 1;
+      }
+    }
+    throw GIVE_UP; // continues on the next line
+  }
+
+  /** `[a, "b", 'c']` on one line, of scalars only. */
+  private flowSeq(start: number, indent: number): { value: Node; next: number } {
+    const seq = new YAMLSeq();
+    seq.flow = true;
+    let at = this.skipSpaces(start + 1);
+    if (this.code(at) === CLOSE_BRACKET) {
+      at += 1;
+    } else {
+      for (;;) {
+        const itemStart = at;
+        const c = this.code(itemStart);
+        let item: Scalar;
+        let itemEnd: number;
+        if (c === DOUBLE_QUOTE || c === SINGLE_QUOTE) {
+          const quoted = this.quoted(itemStart);
+          itemEnd = quoted.end;
+          item = finish(new Scalar(quoted.value), quoted.value, c === DOUBLE_QUOTE ? 'QUOTE_DOUBLE' : 'QUOTE_SINGLE', itemStart, itemEnd, itemEnd);
+        } else {
+          // In a flow collection `-` and `?` start a plain scalar only before a character that is neither space nor flow indicator.
+          const second = this.code(itemStart + 1);
+          if (NOT_PLAIN_START.has(c) || this.isLineEnd(itemStart) || ((c === DASH || c === 0x3f) && (this.isBreakOrSpace(itemStart + 1) || second === COMMA || second === OPEN_BRACKET || second === CLOSE_BRACKET || second === OPEN_BRACE || second === CLOSE_BRACE))) throw GIVE_UP;
+          itemEnd = itemStart;
+          let p = itemStart;
+          for (; !this.isLineEnd(p); p++) {
+            const ch = this.code(p);
+            if (ch === COMMA || ch === CLOSE_BRACKET) break;
+            if (ch === COLON || ch === HASH || ch === OPEN_BRACKET || ch === OPEN_BRACE || ch === CLOSE_BRACE) throw GIVE_UP;
+            if (ch !== SPACE) itemEnd = p + 1;
+          }
+          const text = this.text.slice(itemStart, itemEnd);
+          item = plainScalar(text, itemStart, itemEnd, itemEnd);
+        }
+        const after = this.skipSpaces(itemEnd);
+        item.range![2] = after;
+        seq.items.push(item);
+        const sep = this.code(after);
+        if (sep === CLOSE_BRACKET) {
+          at = after + 1;
+          break;
+        }
+        if (sep !== COMMA) throw GIVE_UP;
+        at = this.skipSpaces(after + 1);
+        if (this.code(at) === CLOSE_BRACKET) throw GIVE_UP; // a trailing comma
+      }
+    }
+    const next = this.endOfValueLine(at);
+    this.noContinuation(next, indent);
+    seq.range = [start, at, next];
+    return { value: seq, next };
+  }
+
+  /** `|` or `|-` and the lines below, deeper than `indent`. */
+  private literal(start: number, indent: number): { value: Node; next: number } {
+    let at = start + 1;
+    const strip = this.code(at) === DASH;
+    if (strip) at++;
+    const headerEnd = this.skipSpaces(at);
+    if (!this.isLineEnd(headerEnd) || headerEnd >= this.text.length) throw GIVE_UP;
+    const first = headerEnd + 1;
+    // The content's indentation: that of its first non-blank line.
+    let contentIndent = -1;
+    let longestLeadingBlank = 0;
+    for (let line = first; line < this.text.length; line = this.nextLine(line)) {
+      const lineFirst = this.skipSpaces(line);
+      if (this.isLineEnd(lineFirst)) {
+        longestLeadingBlank = Math.max(longestLeadingBlank, lineFirst - line);
+        continue;
+      }
+      contentIndent = lineFirst - line;
+      break;
+    }
+    if (contentIndent <= indent || longestLeadingBlank > contentIndent) throw GIVE_UP;
+    const lines: string[] = [];
+    let lastContent = -1;
+    let end = first; // after the last content line's newline
+    let line = first;
+    while (line < this.text.length) {
+      const lineFirst = this.skipSpaces(line);
+      const lineEnd = this.lineEnd(line);
+      if (this.isLineEnd(lineFirst)) {
+        // More spaces than the indentation on a blank line are content yaml reads by rules not copied here.
+        if (lineFirst - line > contentIndent) throw GIVE_UP;
+        lines.push('');
+      } else {
+        if (lineFirst - line < contentIndent) break;
+        if (lineEnd === this.text.length) throw GIVE_UP; // no final newline
+        lines.push(this.text.slice(line + contentIndent, lineEnd));
+        lastContent = lines.length - 1;
+        end = lineEnd + 1;
+      }
+      line = lineEnd === this.text.length ? lineEnd : lineEnd + 1;
+    }
+    const body = lines.slice(0, lastContent + 1).join('\n');
+    const value = strip ? body : `${body}\n`;
+    return { value: finish(new Scalar(value), value, 'BLOCK_LITERAL', start, end, end), next: end };
+  }
+
+  /** A block sequence: items start with `-` at `indent`. */
+  private blockSeq(start: number, indent: number): { node: YAMLSeq; next: number } {
+    const seq = new YAMLSeq();
+    let dash = start;
+    for (;;) {
+      const itemStart = this.skipSpaces(dash + 1);
+      let item: { value: Node; next: number };
+      if (this.isLineEnd(itemStart)) {
+        const below = this.nextContent(this.nextLine(itemStart));
+        if (below === undefined || below.indent <= indent) throw GIVE_UP; // an empty item
+        item = this.blockNodeValue(below.start + below.indent, below.indent);
+      } else if (this.isSeqItem(itemStart) || this.code(itemStart) === HASH) {
+        throw GIVE_UP;
+      } else if (this.key(itemStart) !== undefined) {
+        // `- name: x`: a mapping whose keys sit at the first key's column.
+        const lineStart = this.text.lastIndexOf('\n', itemStart) + 1;
+        item = this.blockNodeValue(itemStart, itemStart - lineStart);
+      } else {
+        item = this.inlineValue(itemStart, indent);
+      }
+      seq.items.push(item.value);
+      const end = item.value.range![2];
+      const following = this.nextContent(item.next);
+      if (following === undefined || following.indent < indent || (following.indent === indent && !this.isSeqItem(following.start + indent))) {
+        seq.range = [start, end, end];
+        return { node: seq, next: item.next };
+      }
+      if (following.indent > indent) throw GIVE_UP;
+      dash = following.start + indent;
+    }
+  }
+}
+
+/** The value of a node this parser built, as `yaml`'s toJS() gives it (no aliases, no merges, string keys). */
+function toJS(node: unknown): unknown {
+  if (node instanceof Scalar) return node.value;
+  if (node instanceof YAMLSeq) return node.items.map(toJS);
+  const map = node as YAMLMap<Scalar, unknown>;
+  const object: Record<string, unknown> = {};
+  for (const pair of map.items) object[pair.key.value as string] = toJS(pair.value);
+  return object;
+}
+
+/** The document of `text` when this parser reads all of it, else undefined (then `yaml` must). */
+export function parseSimpleDocument(text: string): ParsedDocument | undefined {
+  try {
+    return new Reader(text).parseDocument();
+  } catch (error) {
+    if (error === GIVE_UP) return undefined;
+    throw error;
+  }
+}
