@@ -101,7 +101,22 @@ function finish(scalar: Scalar, source: string, type: Scalar.Type, start: number
   return scalar;
 }
 
+/**
+ * One pass over the text, line by line. Positions that a step finds besides
+ * its result (where the next line starts, where a key ends) go to fields
+ * rather than to small result objects: a short run must stay below the
+ * first garbage collection (the same holds for the 10,000-document stream).
+ */
 class Reader {
+  /** Where the line after the last node read starts. */
+  private next = 0;
+  /** The line found by nextContent: its start. */
+  private contentLine = 0;
+  /** After a key: the offset just past its `:`. */
+  private afterColon = 0;
+  /** After a quoted scalar or a plain one: the offset past it. */
+  private scalarEnd = 0;
+
   constructor(private readonly text: string) {}
 
   private code(at: number): number {
@@ -116,8 +131,8 @@ class Reader {
 
   /** Offset of the next line's start (the text's length on the last line). */
   private nextLine(at: number): number {
-    const end = this.lineEnd(at);
-    return end === this.text.length ? end : end + 1;
+    const newline = this.text.indexOf('\n', at);
+    return newline === -1 ? this.text.length : newline + 1;
   }
 
   private skipSpaces(at: number): number {
@@ -135,29 +150,32 @@ class Reader {
   }
 
   /**
-   * The first line at or after `lineStart` that holds content: its start and
-   * indentation; undefined at the end of the text. Blank lines are skipped; a
-   * comment line or a document marker ends what this parser reads.
+   * The indentation of the first line at or after `lineStart` that holds
+   * content (its start goes to `contentLine`); -1 at the end of the text.
+   * Blank lines are skipped; a comment line or a document marker ends what
+   * this parser reads.
    */
-  private nextContent(lineStart: number): { start: number; indent: number } | undefined {
+  private nextContent(lineStart: number): number {
     let at = lineStart;
     while (at < this.text.length) {
       const first = this.skipSpaces(at);
       if (this.isLineEnd(first)) {
-        at = this.nextLine(first);
+        at = first + 1;
         continue;
       }
-      if (this.code(first) === HASH) throw GIVE_UP;
-      if (first === at && (this.text.startsWith('---', at) || this.text.startsWith('...', at))) throw GIVE_UP;
-      return { start: at, indent: first - at };
+      const c = this.code(first);
+      if (c === HASH) throw GIVE_UP;
+      if (first === at && (c === DASH || c === 0x2e) && (this.text.startsWith('---', at) || this.text.startsWith('...', at))) throw GIVE_UP;
+      this.contentLine = at;
+      return first - at;
     }
-    return undefined;
+    return -1;
   }
 
   /** After a value on its line: spaces, an optional comment, the line's end. Returns the next line's start. */
   private endOfValueLine(at: number): number {
     const next = this.skipSpaces(at);
-    if (this.isLineEnd(next)) return this.nextLine(next);
+    if (this.isLineEnd(next)) return next >= this.text.length ? next : next + 1;
     if (this.code(next) === HASH && next > at) return this.nextLine(next);
     throw GIVE_UP;
   }
@@ -178,17 +196,15 @@ class Reader {
       if (first === at && text.startsWith('---', at)) {
         if (marker !== -1 || this.code(at + 3) !== NEWLINE) throw GIVE_UP;
         marker = at;
-        at = this.nextLine(at);
+        at += 4;
         continue;
       }
       if (first === at && (this.code(at) === 0x25 || text.startsWith('...', at))) throw GIVE_UP;
       break;
     }
     const start = this.skipSpaces(at);
-    const indent = start - at;
-    const root = this.isSeqItem(start) ? this.blockSeq(start, indent) : this.blockMap(start, indent);
-    if (this.nextContent(root.next) !== undefined) throw GIVE_UP;
-    const node = root.node;
+    const node = this.blockNode(start, start - at);
+    if (this.nextContent(this.next) !== -1) throw GIVE_UP;
     const end = node.range![2];
     // An empty value last leaves its line's end outside every node, where yaml's document range differs: rare, handed over.
     if (end < text.length && this.code(end - 1) !== NEWLINE) throw GIVE_UP;
@@ -206,66 +222,66 @@ class Reader {
   }
 
   /** A block node starting at `start` (the first content of a line, `indent` spaces in). */
-  private blockNode(start: number, indent: number): { node: Node; next: number } {
-    return this.isSeqItem(start) ? this.blockSeq(start, indent) : this.blockMap(start, indent);
+  private blockNode(start: number, indent: number): Node {
+    if (this.isSeqItem(start)) return this.blockSeq(start, indent);
+    const key = this.key(start);
+    if (key === undefined) throw GIVE_UP;
+    return this.blockMap(start, indent, key);
   }
 
-  private blockMap(start: number, indent: number): { node: YAMLMap; next: number } {
+  /** A block mapping whose first key (already read) starts at `start`. */
+  private blockMap(start: number, indent: number, firstKey: Scalar): YAMLMap {
     const map = new YAMLMap();
     const names = new Set<string>();
-    let keyStart = start;
-    let end = start;
+    let key: Scalar | undefined = firstKey;
     for (;;) {
-      const key = this.key(keyStart);
-      if (key === undefined) throw GIVE_UP;
-      const name = key.scalar.value as string;
+      const name = key.value as string;
       if (names.has(name)) throw GIVE_UP;
       names.add(name);
-      const { value, next } = this.pairValue(key.after, indent);
-      map.items.push(new Pair(key.scalar, value));
-      end = value.range![2];
-      const following = this.nextContent(next);
-      if (following === undefined || following.indent < indent) {
+      const value = this.pairValue(this.afterColon, indent);
+      map.items.push(new Pair(key, value));
+      const following = this.nextContent(this.next);
+      if (following < indent) {
+        const end = value.range![2];
         map.range = [start, end, end];
-        return { node: map, next };
+        return map;
       }
       // A deeper line here continues a scalar over lines; a `-` is not a key: yaml reads (or rejects) both.
-      if (following.indent > indent || this.isSeqItem(following.start + indent)) throw GIVE_UP;
-      keyStart = following.start + indent;
+      const keyStart = this.contentLine + indent;
+      if (following > indent || this.isSeqItem(keyStart)) throw GIVE_UP;
+      key = this.key(keyStart);
+      if (key === undefined) throw GIVE_UP;
     }
   }
 
   /** The value after a key's `:` (at `at`), in a mapping `indent` spaces in. */
-  private pairValue(at: number, indent: number): { value: Node; next: number } {
+  private pairValue(at: number, indent: number): Node {
     const start = this.skipSpaces(at);
     if (!this.isLineEnd(start)) return this.inlineValue(start, indent);
     // Nothing on the key's line: the value is the block below, or empty.
-    const lineAfter = this.nextLine(start);
+    const lineAfter = start >= this.text.length ? start : start + 1;
     const below = this.nextContent(lineAfter);
-    if (below !== undefined) {
-      const first = below.start + below.indent;
-      if (below.indent > indent) return this.blockNodeValue(first, below.indent);
+    if (below !== -1) {
+      const first = this.contentLine + below;
+      if (below > indent) return this.blockNode(first, below);
       // A sequence may sit at its key's indentation.
-      if (below.indent === indent && this.isSeqItem(first)) return this.blockNodeValue(first, indent);
+      if (below === indent && this.isSeqItem(first)) return this.blockSeq(first, indent);
     }
     // yaml's empty value: a null plain scalar just after the `:`.
     if (start !== at) throw GIVE_UP; // spaces after the `:`: where yaml puts the empty node was not checked
-    return { value: finish(new Scalar(null), '', 'PLAIN', at, at, at), next: lineAfter };
-  }
-
-  private blockNodeValue(start: number, indent: number): { value: Node; next: number } {
-    const { node, next } = this.blockNode(start, indent);
-    return { value: node, next };
+    this.next = lineAfter;
+    return finish(new Scalar(null), '', 'PLAIN', at, at, at);
   }
 
   /** A value that starts on the current line at `start`; `indent`: that of the collection holding it. */
-  private inlineValue(start: number, indent: number): { value: Node; next: number } {
+  private inlineValue(start: number, indent: number): Node {
     const c = this.code(start);
     if (c === DOUBLE_QUOTE || c === SINGLE_QUOTE) {
-      const quoted = this.quoted(start);
-      const next = this.endOfValueLine(quoted.end);
+      const value = this.quoted(start);
+      const end = this.scalarEnd;
+      const next = this.endOfValueLine(end);
       this.noContinuation(next, indent);
-      return { value: finish(new Scalar(quoted.value), quoted.value, c === DOUBLE_QUOTE ? 'QUOTE_DOUBLE' : 'QUOTE_SINGLE', start, quoted.end, next), next };
+      return finish(new Scalar(value), value, c === DOUBLE_QUOTE ? 'QUOTE_DOUBLE' : 'QUOTE_SINGLE', start, end, next);
     }
     if (c === PIPE) return this.literal(start, indent);
     if (c === OPEN_BRACKET) return this.flowSeq(start, indent);
@@ -276,65 +292,73 @@ class Reader {
       const map = new YAMLMap();
       map.flow = true;
       map.range = [start, start + 2, next];
-      return { value: map, next };
+      return map;
     }
-    const plain = this.plainOnLine(start);
-    const next = this.endOfValueLine(plain.end);
+    const text = this.plainOnLine(start);
+    const end = this.scalarEnd;
+    const next = this.endOfValueLine(end);
     this.noContinuation(next, indent);
-    return { value: plainScalar(plain.text, start, plain.end, next), next };
+    return plainScalar(text, start, end, next);
   }
 
   /** A following line deeper than the collection would continue the scalar over lines: yaml's to read. */
   private noContinuation(next: number, indent: number): void {
-    const following = this.nextContent(next);
-    if (following !== undefined && following.indent > indent) throw GIVE_UP;
+    if (this.nextContent(next) > indent) throw GIVE_UP;
+    this.next = next;
   }
 
-  /** A plain scalar that ends on its line: its text and end (before trailing spaces and a comment). */
-  private plainOnLine(start: number): { text: string; end: number } {
+  /** A plain scalar that ends on its line: its text (its end, before trailing spaces and a comment, to `scalarEnd`). */
+  private plainOnLine(start: number): string {
     const c = this.code(start);
     if (NOT_PLAIN_START.has(c) || ((c === DASH || c === 0x3f || c === COLON) && this.isBreakOrSpace(start + 1))) throw GIVE_UP;
     const lineEnd = this.lineEnd(start);
     let end = start;
     for (let at = start; at < lineEnd; at++) {
       const ch = this.code(at);
+      if (ch === SPACE) continue;
       if (ch === HASH && this.code(at - 1) === SPACE) break;
       // `: ` inside a value starts a mapping yaml rejects here; `:` at the end is a key.
       if (ch === COLON && this.isBreakOrSpace(at + 1)) throw GIVE_UP;
-      if (ch !== SPACE) end = at + 1;
+      end = at + 1;
     }
-    return { text: this.text.slice(start, end), end };
+    this.scalarEnd = end;
+    return this.text.slice(start, end);
   }
 
   /**
-   * A key at `start` followed by `:` and a space or the line's end; undefined
-   * when the line holds no key there.
+   * A key at `start` followed by `:` and a space or the line's end (the
+   * offset after the `:` goes to `afterColon`); undefined when the line
+   * holds no key there.
    */
-  private key(start: number): { scalar: Scalar; after: number } | undefined {
+  private key(start: number): Scalar | undefined {
     const c = this.code(start);
     if (c === DOUBLE_QUOTE || c === SINGLE_QUOTE) {
-      const quoted = this.quoted(start);
-      if (this.code(quoted.end) !== COLON) {
-        if (this.code(this.skipSpaces(quoted.end)) === COLON) throw GIVE_UP;
+      const value = this.quoted(start);
+      const end = this.scalarEnd;
+      if (this.code(end) !== COLON) {
+        if (this.code(this.skipSpaces(end)) === COLON) throw GIVE_UP;
         return undefined;
       }
-      if (!this.isBreakOrSpace(quoted.end + 1)) return undefined;
-      this.checkKey(quoted.value, quoted.end - start);
-      return { scalar: finish(new Scalar(quoted.value), quoted.value, c === DOUBLE_QUOTE ? 'QUOTE_DOUBLE' : 'QUOTE_SINGLE', start, quoted.end, quoted.end), after: quoted.end + 1 };
+      if (!this.isBreakOrSpace(end + 1)) return undefined;
+      this.checkKey(value, end - start);
+      this.afterColon = end + 1;
+      return finish(new Scalar(value), value, c === DOUBLE_QUOTE ? 'QUOTE_DOUBLE' : 'QUOTE_SINGLE', start, end, end);
     }
     if (NOT_PLAIN_START.has(c) || ((c === DASH || c === 0x3f || c === COLON) && this.isBreakOrSpace(start + 1))) return undefined;
     const lineEnd = this.lineEnd(start);
     let end = start;
     for (let at = start; at < lineEnd; at++) {
       const ch = this.code(at);
+      if (ch === SPACE) continue;
       if (ch === HASH && this.code(at - 1) === SPACE) return undefined;
       if (ch === COLON && this.isBreakOrSpace(at + 1)) {
         const text = this.text.slice(start, end);
         if (resolvePlain(text) !== text) throw GIVE_UP; // null, bool or number keys: yaml's to read
         this.checkKey(text, at - start);
-        return { scalar: finish(new Scalar(text), text, 'PLAIN', start, end, end), after: at + 1 };
+        this.afterColon = at + 1;
+        return finish(new Scalar(text), text, 'PLAIN', start, end, end);
       }
-      if (ch !== SPACE) end = at + 1;
+      end = at + 1;
     }
     return undefined;
   }
@@ -343,8 +367,8 @@ class Reader {
     if (name === '<<' || name === '__proto__' || length > 1024) throw GIVE_UP;
   }
 
-  /** A quoted scalar that closes on its line: its value and the offset after the closing quote. */
-  private quoted(start: number): { value: string; end: number } {
+  /** A quoted scalar that closes on its line: its value (the offset after the closing quote goes to `scalarEnd`). */
+  private quoted(start: number): string {
     const quote = this.code(start);
     const lineEnd = this.lineEnd(start);
     let value = '';
@@ -359,9 +383,13 @@ class Reader {
           from = ++at + 1;
           continue;
         }
-        return { value, end: at + 1 };
+        this.scalarEnd = at + 1;
+        return value;
       }
-      if (ch === DOUBLE_QUOTE) return { value: value + this.text.slice(from, at), end: at + 1 };
+      if (ch === DOUBLE_QUOTE) {
+        this.scalarEnd = at + 1;
+        return value + this.text.slice(from, at);
+      }
       if (ch === BACKSLASH) {
         const escaped = this.code(at + 1);
         const meaning = escaped === BACKSLASH ? '\\' : escaped === DOUBLE_QUOTE ? '"' : escaped === 0x2f ? '/' : escaped === 0x6e ? '\n' : escaped === 0x74 ? '\t' : undefined;
@@ -374,7 +402,7 @@ class Reader {
   }
 
   /** `[a, "b", 'c']` on one line, of scalars only. */
-  private flowSeq(start: number, indent: number): { value: Node; next: number } {
+  private flowSeq(start: number, indent: number): YAMLSeq {
     const seq = new YAMLSeq();
     seq.flow = true;
     let at = this.skipSpaces(start + 1);
@@ -387,9 +415,9 @@ class Reader {
         let item: Scalar;
         let itemEnd: number;
         if (c === DOUBLE_QUOTE || c === SINGLE_QUOTE) {
-          const quoted = this.quoted(itemStart);
-          itemEnd = quoted.end;
-          item = finish(new Scalar(quoted.value), quoted.value, c === DOUBLE_QUOTE ? 'QUOTE_DOUBLE' : 'QUOTE_SINGLE', itemStart, itemEnd, itemEnd);
+          const value = this.quoted(itemStart);
+          itemEnd = this.scalarEnd;
+          item = finish(new Scalar(value), value, c === DOUBLE_QUOTE ? 'QUOTE_DOUBLE' : 'QUOTE_SINGLE', itemStart, itemEnd, itemEnd);
         } else {
           // In a flow collection `-` and `?` start a plain scalar only before a character that is neither space nor flow indicator.
           const second = this.code(itemStart + 1);
@@ -402,8 +430,7 @@ class Reader {
             if (ch === COLON || ch === HASH || ch === OPEN_BRACKET || ch === OPEN_BRACE || ch === CLOSE_BRACE) throw GIVE_UP;
             if (ch !== SPACE) itemEnd = p + 1;
           }
-          const text = this.text.slice(itemStart, itemEnd);
-          item = plainScalar(text, itemStart, itemEnd, itemEnd);
+          item = plainScalar(this.text.slice(itemStart, itemEnd), itemStart, itemEnd, itemEnd);
         }
         const after = this.skipSpaces(itemEnd);
         item.range![2] = after;
@@ -421,87 +448,90 @@ class Reader {
     const next = this.endOfValueLine(at);
     this.noContinuation(next, indent);
     seq.range = [start, at, next];
-    return { value: seq, next };
+    return seq;
   }
 
   /** `|` or `|-` and the lines below, deeper than `indent`. */
-  private literal(start: number, indent: number): { value: Node; next: number } {
+  private literal(start: number, indent: number): Scalar {
+    const text = this.text;
     let at = start + 1;
     const strip = this.code(at) === DASH;
     if (strip) at++;
     const headerEnd = this.skipSpaces(at);
-    if (!this.isLineEnd(headerEnd) || headerEnd >= this.text.length) throw GIVE_UP;
+    if (!this.isLineEnd(headerEnd) || headerEnd >= text.length) throw GIVE_UP;
     const first = headerEnd + 1;
     // The content's indentation: that of its first non-blank line.
     let contentIndent = -1;
     let longestLeadingBlank = 0;
-    for (let line = first; line < this.text.length; line = this.nextLine(line)) {
+    for (let line = first; line < text.length; ) {
       const lineFirst = this.skipSpaces(line);
       if (this.isLineEnd(lineFirst)) {
         longestLeadingBlank = Math.max(longestLeadingBlank, lineFirst - line);
+        line = lineFirst + 1;
         continue;
       }
       contentIndent = lineFirst - line;
       break;
     }
     if (contentIndent <= indent || longestLeadingBlank > contentIndent) throw GIVE_UP;
-    const lines: string[] = [];
-    let lastContent = -1;
+    // The block ends before the first line indented less than its content (blank lines aside).
     let end = first; // after the last content line's newline
     let line = first;
-    while (line < this.text.length) {
+    while (line < text.length) {
       const lineFirst = this.skipSpaces(line);
-      const lineEnd = this.lineEnd(line);
       if (this.isLineEnd(lineFirst)) {
         // More spaces than the indentation on a blank line are content yaml reads by rules not copied here.
         if (lineFirst - line > contentIndent) throw GIVE_UP;
-        lines.push('');
-      } else {
-        if (lineFirst - line < contentIndent) break;
-        if (lineEnd === this.text.length) throw GIVE_UP; // no final newline
-        lines.push(this.text.slice(line + contentIndent, lineEnd));
-        lastContent = lines.length - 1;
-        end = lineEnd + 1;
+        line = lineFirst + 1;
+        continue;
       }
-      line = lineEnd === this.text.length ? lineEnd : lineEnd + 1;
+      if (lineFirst - line < contentIndent) break;
+      const lineEnd = this.lineEnd(lineFirst);
+      if (lineEnd === text.length) throw GIVE_UP; // no final newline
+      end = line = lineEnd + 1;
     }
-    const body = lines.slice(0, lastContent + 1).join('\n');
-    const value = strip ? body : `${body}\n`;
-    return { value: finish(new Scalar(value), value, 'BLOCK_LITERAL', start, end, end), next: end };
+    // Every line loses the content's indentation; a blank line (no deeper than it) all of its spaces.
+    const body = text.slice(first, end).replace(contentIndent === 2 ? INDENT_2 : new RegExp(`^ {0,${contentIndent}}`, 'gm'), '');
+    const value = strip ? body.slice(0, -1) : body;
+    this.next = end;
+    return finish(new Scalar(value), value, 'BLOCK_LITERAL', start, end, end);
   }
 
   /** A block sequence: items start with `-` at `indent`. */
-  private blockSeq(start: number, indent: number): { node: YAMLSeq; next: number } {
+  private blockSeq(start: number, indent: number): YAMLSeq {
     const seq = new YAMLSeq();
     let dash = start;
     for (;;) {
       const itemStart = this.skipSpaces(dash + 1);
-      let item: { value: Node; next: number };
+      let item: Node;
+      let key: Scalar | undefined;
       if (this.isLineEnd(itemStart)) {
-        const below = this.nextContent(this.nextLine(itemStart));
-        if (below === undefined || below.indent <= indent) throw GIVE_UP; // an empty item
-        item = this.blockNodeValue(below.start + below.indent, below.indent);
+        const below = this.nextContent(itemStart >= this.text.length ? itemStart : itemStart + 1);
+        if (below <= indent) throw GIVE_UP; // an empty item
+        item = this.blockNode(this.contentLine + below, below);
       } else if (this.isSeqItem(itemStart) || this.code(itemStart) === HASH) {
         throw GIVE_UP;
-      } else if (this.key(itemStart) !== undefined) {
+      } else if ((key = this.key(itemStart)) !== undefined) {
         // `- name: x`: a mapping whose keys sit at the first key's column.
-        const lineStart = this.text.lastIndexOf('\n', itemStart) + 1;
-        item = this.blockNodeValue(itemStart, itemStart - lineStart);
+        item = this.blockMap(itemStart, itemStart - (this.text.lastIndexOf('\n', itemStart) + 1), key);
       } else {
         item = this.inlineValue(itemStart, indent);
       }
-      seq.items.push(item.value);
-      const end = item.value.range![2];
-      const following = this.nextContent(item.next);
-      if (following === undefined || following.indent < indent || (following.indent === indent && !this.isSeqItem(following.start + indent))) {
+      seq.items.push(item);
+      const following = this.nextContent(this.next);
+      const nextDash = this.contentLine + indent;
+      if (following < indent || (following === indent && !this.isSeqItem(nextDash))) {
+        const end = item.range![2];
         seq.range = [start, end, end];
-        return { node: seq, next: item.next };
+        return seq;
       }
-      if (following.indent > indent) throw GIVE_UP;
-      dash = following.start + indent;
+      if (following > indent) throw GIVE_UP;
+      dash = nextDash;
     }
   }
 }
+
+const INDENT_2 = /^ {0,2}/gm;
 
 /** The value of a node this parser built, as `yaml`'s toJS() gives it (no aliases, no merges, string keys). */
 function toJS(node: unknown): unknown {
