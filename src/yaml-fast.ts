@@ -65,14 +65,25 @@ const FLOAT = /^[-+]?(?:\.[0-9]+|[0-9]+\.[0-9]*)$/;
 
 /** `yaml`'s core schema, in its order: what a plain scalar's text means. */
 function resolvePlain(text: string): unknown {
-  const first = text.charCodeAt(0);
-  // Only these characters can start a non-string: most scalars are strings, decided here.
-  if (!(first === 0x7e || first === 0x6e || first === 0x4e || first === 0x74 || first === 0x54 || first === 0x66 || first === 0x46 || first === 0x2b || first === DASH || first === 0x2e || (first >= 0x30 && first <= 0x39) || text === '')) {
-    return text;
+  switch (text) {
+    case '':
+    case '~':
+    case 'null':
+    case 'Null':
+    case 'NULL':
+      return null;
+    case 'true':
+    case 'True':
+    case 'TRUE':
+      return true;
+    case 'false':
+    case 'False':
+    case 'FALSE':
+      return false;
   }
-  if (/^(?:~|[Nn]ull|NULL)?$/.test(text)) return null;
-  if (/^(?:[Tt]rue|TRUE)$/.test(text)) return true;
-  if (/^(?:[Ff]alse|FALSE)$/.test(text)) return false;
+  // Every number starts with a digit, a sign or a dot: most scalars are strings, decided here.
+  const first = text.charCodeAt(0);
+  if (!((first >= 0x30 && first <= 0x39) || first === 0x2b || first === DASH || first === 0x2e)) return text;
   if (/^0o[0-7]+$/.test(text)) return parseInt(text.slice(2), 8);
   if (/^[-+]?[0-9]+$/.test(text)) return parseInt(text, 10);
   if (/^0x[0-9a-fA-F]+$/.test(text)) return parseInt(text.slice(2), 16);
@@ -116,6 +127,11 @@ class Reader {
   private afterColon = 0;
   /** After a quoted scalar or a plain one: the offset past it. */
   private scalarEnd = 0;
+  /** The last searches for ` #` and `:`: where from, what they found (see `after`). */
+  private commentFrom = Number.MAX_SAFE_INTEGER;
+  private commentAt = -1;
+  private colonFrom = Number.MAX_SAFE_INTEGER;
+  private colonAt = -1;
 
   constructor(private readonly text: string) {}
 
@@ -135,9 +151,34 @@ class Reader {
     return newline === -1 ? this.text.length : newline + 1;
   }
 
+  /**
+   * The first ` #` at or after `from`. Most lines have none, and a plain
+   * search would run to the end of the text every time: the last answer is
+   * kept, valid for every `from` between the search's start and its result.
+   */
+  private nextComment(from: number): number {
+    if (!(this.commentFrom <= from && (from <= this.commentAt || this.commentAt === -1))) {
+      this.commentFrom = from;
+      this.commentAt = this.text.indexOf(' #', from);
+    }
+    return this.commentAt;
+  }
+
+  /** The first `:` at or after `from` (kept like nextComment's). */
+  private nextColon(from: number): number {
+    if (!(this.colonFrom <= from && (from <= this.colonAt || this.colonAt === -1))) {
+      this.colonFrom = from;
+      this.colonAt = this.text.indexOf(':', from);
+    }
+    return this.colonAt;
+  }
+
+  /** Runs in the interpreter in a short run: native string search beats a loop over characters. */
   private skipSpaces(at: number): number {
-    while (this.code(at) === SPACE) at++;
-    return at;
+    if (this.text.charCodeAt(at) !== SPACE) return at;
+    SPACES.lastIndex = at;
+    SPACES.test(this.text);
+    return SPACES.lastIndex;
   }
 
   private isLineEnd(at: number): boolean {
@@ -311,16 +352,12 @@ class Reader {
   private plainOnLine(start: number): string {
     const c = this.code(start);
     if (NOT_PLAIN_START.has(c) || ((c === DASH || c === 0x3f || c === COLON) && this.isBreakOrSpace(start + 1))) throw GIVE_UP;
-    const lineEnd = this.lineEnd(start);
-    let end = start;
-    for (let at = start; at < lineEnd; at++) {
-      const ch = this.code(at);
-      if (ch === SPACE) continue;
-      if (ch === HASH && this.code(at - 1) === SPACE) break;
-      // `: ` inside a value starts a mapping yaml rejects here; `:` at the end is a key.
-      if (ch === COLON && this.isBreakOrSpace(at + 1)) throw GIVE_UP;
-      end = at + 1;
-    }
+    let end = this.lineEnd(start);
+    const comment = this.nextComment(start);
+    if (comment !== -1 && comment < end) end = comment;
+    // `: ` inside a value starts a mapping yaml rejects here; `:` at the end is a key.
+    if (this.indicatorColon(start, end) !== -1) throw GIVE_UP;
+    while (this.text.charCodeAt(end - 1) === SPACE) end--;
     this.scalarEnd = end;
     return this.text.slice(start, end);
   }
@@ -346,21 +383,25 @@ class Reader {
     }
     if (NOT_PLAIN_START.has(c) || ((c === DASH || c === 0x3f || c === COLON) && this.isBreakOrSpace(start + 1))) return undefined;
     const lineEnd = this.lineEnd(start);
-    let end = start;
-    for (let at = start; at < lineEnd; at++) {
-      const ch = this.code(at);
-      if (ch === SPACE) continue;
-      if (ch === HASH && this.code(at - 1) === SPACE) return undefined;
-      if (ch === COLON && this.isBreakOrSpace(at + 1)) {
-        const text = this.text.slice(start, end);
-        if (resolvePlain(text) !== text) throw GIVE_UP; // null, bool or number keys: yaml's to read
-        this.checkKey(text, at - start);
-        this.afterColon = at + 1;
-        return finish(new Scalar(text), text, 'PLAIN', start, end, end);
-      }
-      end = at + 1;
+    const colon = this.indicatorColon(start, lineEnd);
+    if (colon === -1) return undefined;
+    const comment = this.nextComment(start);
+    if (comment !== -1 && comment < colon) return undefined;
+    let end = colon;
+    while (this.text.charCodeAt(end - 1) === SPACE) end--;
+    const text = this.text.slice(start, end);
+    if (resolvePlain(text) !== text) throw GIVE_UP; // null, bool or number keys: yaml's to read
+    this.checkKey(text, colon - start);
+    this.afterColon = colon + 1;
+    return finish(new Scalar(text), text, 'PLAIN', start, end, end);
+  }
+
+  /** The first `:` in [from, to) followed by a space or the line's end (a mapping indicator); -1 if none. */
+  private indicatorColon(from: number, to: number): number {
+    for (let colon = this.nextColon(from); colon !== -1 && colon < to; colon = this.nextColon(colon + 1)) {
+      if (this.isBreakOrSpace(colon + 1)) return colon;
     }
-    return undefined;
+    return -1;
   }
 
   private checkKey(name: string, length: number): void {
@@ -371,6 +412,15 @@ class Reader {
   private quoted(start: number): string {
     const quote = this.code(start);
     const lineEnd = this.lineEnd(start);
+    // Most quoted scalars hold no escape: one search finds the end.
+    const close = this.text.indexOf(quote === SINGLE_QUOTE ? "'" : '"', start + 1);
+    if (close !== -1 && close < lineEnd && this.code(close + 1) !== SINGLE_QUOTE) {
+      const backslash = quote === DOUBLE_QUOTE ? this.text.indexOf('\\', start + 1) : -1;
+      if (backslash === -1 || backslash > close) {
+        this.scalarEnd = close + 1;
+        return this.text.slice(start + 1, close);
+      }
+    }
     let value = '';
     let from = start + 1;
     for (let at = start + 1; at < lineEnd; at++) {
@@ -532,6 +582,7 @@ class Reader {
 }
 
 const INDENT_2 = /^ {0,2}/gm;
+const SPACES = / */y;
 
 /** The value of a node this parser built, as `yaml`'s toJS() gives it (no aliases, no merges, string keys). */
 function toJS(node: unknown): unknown {
