@@ -33,28 +33,34 @@ function clone(value: unknown): unknown {
 }
 
 /** The first path where two plain values differ, or undefined when they are equal. */
-export function firstDifference(a: unknown, b: unknown, path: (string | number)[] = []): (string | number)[] | undefined {
-  if (Object.is(a, b)) return undefined;
-  if (Array.isArray(a) && Array.isArray(b)) {
-    if (a.length !== b.length) return path;
-    for (let i = 0; i < a.length; i++) {
-      const d = firstDifference(a[i], b[i], [...path, i]);
-      if (d) return d;
+export function firstDifference(a: unknown, b: unknown): (string | number)[] | undefined {
+  // One path, grown and shrunk as the walk goes: copied only when a difference is found.
+  const path: (string | number)[] = [];
+  const differs = (a: unknown, b: unknown): boolean => {
+    if (Object.is(a, b)) return false;
+    if (Array.isArray(a) && Array.isArray(b)) {
+      if (a.length !== b.length) return true;
+      for (let i = 0; i < a.length; i++) {
+        path.push(i);
+        if (differs(a[i], b[i])) return true;
+        path.pop();
+      }
+      return false;
     }
-    return undefined;
-  }
-  if (a && b && typeof a === 'object' && typeof b === 'object' && !Array.isArray(a) && !Array.isArray(b)) {
-    const ka = Object.keys(a);
-    const kb = Object.keys(b);
-    if (ka.length !== kb.length) return path;
-    for (const k of ka) {
-      if (!Object.prototype.hasOwnProperty.call(b, k)) return [...path, k];
-      const d = firstDifference((a as Record<string, unknown>)[k], (b as Record<string, unknown>)[k], [...path, k]);
-      if (d) return d;
+    if (a && b && typeof a === 'object' && typeof b === 'object' && !Array.isArray(a) && !Array.isArray(b)) {
+      const ka = Object.keys(a);
+      if (ka.length !== Object.keys(b).length) return true;
+      for (const k of ka) {
+        path.push(k);
+        if (!Object.prototype.hasOwnProperty.call(b, k)) return true;
+        if (differs((a as Record<string, unknown>)[k], (b as Record<string, unknown>)[k])) return true;
+        path.pop();
+      }
+      return false;
     }
-    return undefined;
-  }
-  return path;
+    return true;
+  };
+  return differs(a, b) ? [...path] : undefined;
 }
 
 function withStarts(value: unknown, starts: readonly IntendedStart[]): unknown {

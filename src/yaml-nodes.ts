@@ -97,26 +97,34 @@ export interface DuplicateKey {
 /** Every duplicated key of the document, found in one walk (aliases are not followed: their target is walked where it is written). */
 export function findDuplicateKeys(root: unknown): DuplicateKey[] {
   const found: DuplicateKey[] = [];
-  const walk = (node: unknown, path: string): void => {
+  // The path is spelled only for a duplicate: most documents have none.
+  const walk = (node: unknown, path: () => string): void => {
     if (isMap(node)) {
       const seen = new Set<string>();
-      const reported = new Set<string>();
+      let reported: Set<string> | undefined;
       for (const pair of node.items) {
         const name = keyName(pair);
         if (name !== undefined) {
-          if (seen.has(name) && !reported.has(name)) {
-            found.push({ path: path || '(top level)', key: name });
-            reported.add(name);
+          if (seen.has(name) && !reported?.has(name)) {
+            found.push({ path: path() || '(top level)', key: name });
+            (reported ??= new Set()).add(name);
           }
           seen.add(name);
         }
-        walk(pair.value, name === undefined ? path : path ? `${path}.${name}` : name);
+        if (isMap(pair.value) || isSeq(pair.value)) {
+          walk(pair.value, name === undefined ? path : () => {
+            const above = path();
+            return above ? `${above}.${name}` : name;
+          });
+        }
       }
     } else if (isSeq(node)) {
-      node.items.forEach((item, i) => walk(item, `${path}[${i}]`));
+      node.items.forEach((item, i) => {
+        if (isMap(item) || isSeq(item)) walk(item, () => `${path()}[${i}]`);
+      });
     }
   };
-  walk(root, '');
+  walk(root, () => '');
   return found;
 }
 
