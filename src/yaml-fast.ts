@@ -39,6 +39,47 @@ export function parseDocuments(text: string, fast = true): ParsedDocument[] {
   return Array.isArray(docs) ? docs : [];
 }
 
+const NODE_TYPE = Symbol.for('yaml.node.type');
+
+/**
+ * `yaml` tells its nodes apart by a symbol its constructors define on every
+ * instance (isScalar() and the others read it). Here it sits on a prototype
+ * below the class's own: the nodes are instances of yaml's classes, read as
+ * such by every yaml function, without a property definition per node.
+ */
+function tagged<T extends object>(proto: T, tag: string): T {
+  return Object.create(proto, { [NODE_TYPE]: { value: Symbol.for(tag) } }) as T;
+}
+const SCALAR = tagged(Scalar.prototype, 'yaml.scalar');
+const MAP = tagged(YAMLMap.prototype, 'yaml.map');
+const SEQ = tagged(YAMLSeq.prototype, 'yaml.seq');
+const PAIR = tagged(Pair.prototype, 'yaml.pair');
+
+function newScalar(value: unknown): Scalar {
+  const scalar = Object.create(SCALAR) as Scalar;
+  scalar.value = value;
+  return scalar;
+}
+
+function newMap(): YAMLMap<Scalar, unknown> {
+  const map = Object.create(MAP) as YAMLMap<Scalar, unknown>;
+  map.items = [];
+  return map;
+}
+
+function newSeq(): YAMLSeq<unknown> {
+  const seq = Object.create(SEQ) as YAMLSeq<unknown>;
+  seq.items = [];
+  return seq;
+}
+
+function newPair(key: Scalar, value: unknown): Pair<Scalar, unknown> {
+  const pair = Object.create(PAIR) as Pair<Scalar, unknown>;
+  pair.key = key;
+  pair.value = value;
+  return pair;
+}
+
 /** Thrown (one shared value, no stack) when the text leaves what this parser reads. */
 const GIVE_UP: unique symbol = Symbol('fall back to yaml');
 
@@ -95,7 +136,7 @@ function resolvePlain(text: string): unknown {
 /** `yaml` keeps a float's written fraction digits (`1.50`) for output; the node should be the same. */
 function plainScalar(text: string, start: number, end: number, after: number): Scalar {
   const value = resolvePlain(text);
-  const scalar = new Scalar(value);
+  const scalar = newScalar(value);
   if (typeof value === 'number') {
     if (/^0o[0-7]+$/.test(text)) scalar.format = 'OCT';
     else if (/^0x[0-9a-fA-F]+$/.test(text)) scalar.format = 'HEX';
@@ -113,6 +154,30 @@ function finish(scalar: Scalar, source: string, type: Scalar.Type, start: number
 }
 
 /**
+ * The next occurrence of a string at or after a position. Most lines hold no
+ * comment (or escape), and a plain search would run to the end of the text
+ * from every line: the last answer is kept, valid for every position between
+ * the search's start and its result, so the text is searched once.
+ */
+class Finder {
+  private from = Number.MAX_SAFE_INTEGER;
+  private at = -1;
+
+  constructor(
+    private readonly text: string,
+    private readonly needle: string,
+  ) {}
+
+  next(from: number): number {
+    if (!(this.from <= from && (from <= this.at || this.at === -1))) {
+      this.from = from;
+      this.at = this.text.indexOf(this.needle, from);
+    }
+    return this.at;
+  }
+}
+
+/**
  * One pass over the text, line by line. Positions that a step finds besides
  * its result (where the next line starts, where a key ends) go to fields
  * rather than to small result objects: a short run must stay below the
@@ -127,13 +192,15 @@ class Reader {
   private afterColon = 0;
   /** After a quoted scalar or a plain one: the offset past it. */
   private scalarEnd = 0;
-  /** The last searches for ` #` and `:`: where from, what they found (see `after`). */
-  private commentFrom = Number.MAX_SAFE_INTEGER;
-  private commentAt = -1;
-  private colonFrom = Number.MAX_SAFE_INTEGER;
-  private colonAt = -1;
+  private readonly comments: Finder;
+  private readonly colons: Finder;
+  private readonly backslashes: Finder;
 
-  constructor(private readonly text: string) {}
+  constructor(private readonly text: string) {
+    this.comments = new Finder(text, ' #');
+    this.colons = new Finder(text, ':');
+    this.backslashes = new Finder(text, '\\');
+  }
 
   private code(at: number): number {
     return this.text.charCodeAt(at);
@@ -149,28 +216,6 @@ class Reader {
   private nextLine(at: number): number {
     const newline = this.text.indexOf('\n', at);
     return newline === -1 ? this.text.length : newline + 1;
-  }
-
-  /**
-   * The first ` #` at or after `from`. Most lines have none, and a plain
-   * search would run to the end of the text every time: the last answer is
-   * kept, valid for every `from` between the search's start and its result.
-   */
-  private nextComment(from: number): number {
-    if (!(this.commentFrom <= from && (from <= this.commentAt || this.commentAt === -1))) {
-      this.commentFrom = from;
-      this.commentAt = this.text.indexOf(' #', from);
-    }
-    return this.commentAt;
-  }
-
-  /** The first `:` at or after `from` (kept like nextComment's). */
-  private nextColon(from: number): number {
-    if (!(this.colonFrom <= from && (from <= this.colonAt || this.colonAt === -1))) {
-      this.colonFrom = from;
-      this.colonAt = this.text.indexOf(':', from);
-    }
-    return this.colonAt;
   }
 
   /** Runs in the interpreter in a short run: native string search beats a loop over characters. */
@@ -272,7 +317,7 @@ class Reader {
 
   /** A block mapping whose first key (already read) starts at `start`. */
   private blockMap(start: number, indent: number, firstKey: Scalar): YAMLMap {
-    const map = new YAMLMap();
+    const map = newMap();
     const names = new Set<string>();
     let key: Scalar | undefined = firstKey;
     for (;;) {
@@ -280,7 +325,7 @@ class Reader {
       if (names.has(name)) throw GIVE_UP;
       names.add(name);
       const value = this.pairValue(this.afterColon, indent);
-      map.items.push(new Pair(key, value));
+      map.items.push(newPair(key, value));
       const following = this.nextContent(this.next);
       if (following < indent) {
         const end = value.range![2];
@@ -311,7 +356,7 @@ class Reader {
     // yaml's empty value: a null plain scalar just after the `:`.
     if (start !== at) throw GIVE_UP; // spaces after the `:`: where yaml puts the empty node was not checked
     this.next = lineAfter;
-    return finish(new Scalar(null), '', 'PLAIN', at, at, at);
+    return finish(newScalar(null), '', 'PLAIN', at, at, at);
   }
 
   /** A value that starts on the current line at `start`; `indent`: that of the collection holding it. */
@@ -322,7 +367,7 @@ class Reader {
       const end = this.scalarEnd;
       const next = this.endOfValueLine(end);
       this.noContinuation(next, indent);
-      return finish(new Scalar(value), value, c === DOUBLE_QUOTE ? 'QUOTE_DOUBLE' : 'QUOTE_SINGLE', start, end, next);
+      return finish(newScalar(value), value, c === DOUBLE_QUOTE ? 'QUOTE_DOUBLE' : 'QUOTE_SINGLE', start, end, next);
     }
     if (c === PIPE) return this.literal(start, indent);
     if (c === OPEN_BRACKET) return this.flowSeq(start, indent);
@@ -330,7 +375,7 @@ class Reader {
       if (this.code(start + 1) !== CLOSE_BRACE) throw GIVE_UP;
       const next = this.endOfValueLine(start + 2);
       this.noContinuation(next, indent);
-      const map = new YAMLMap();
+      const map = newMap();
       map.flow = true;
       map.range = [start, start + 2, next];
       return map;
@@ -353,7 +398,7 @@ class Reader {
     const c = this.code(start);
     if (NOT_PLAIN_START.has(c) || ((c === DASH || c === 0x3f || c === COLON) && this.isBreakOrSpace(start + 1))) throw GIVE_UP;
     let end = this.lineEnd(start);
-    const comment = this.nextComment(start);
+    const comment = this.comments.next(start);
     if (comment !== -1 && comment < end) end = comment;
     // `: ` inside a value starts a mapping yaml rejects here; `:` at the end is a key.
     if (this.indicatorColon(start, end) !== -1) throw GIVE_UP;
@@ -379,13 +424,13 @@ class Reader {
       if (!this.isBreakOrSpace(end + 1)) return undefined;
       this.checkKey(value, end - start);
       this.afterColon = end + 1;
-      return finish(new Scalar(value), value, c === DOUBLE_QUOTE ? 'QUOTE_DOUBLE' : 'QUOTE_SINGLE', start, end, end);
+      return finish(newScalar(value), value, c === DOUBLE_QUOTE ? 'QUOTE_DOUBLE' : 'QUOTE_SINGLE', start, end, end);
     }
     if (NOT_PLAIN_START.has(c) || ((c === DASH || c === 0x3f || c === COLON) && this.isBreakOrSpace(start + 1))) return undefined;
     const lineEnd = this.lineEnd(start);
     const colon = this.indicatorColon(start, lineEnd);
     if (colon === -1) return undefined;
-    const comment = this.nextComment(start);
+    const comment = this.comments.next(start);
     if (comment !== -1 && comment < colon) return undefined;
     let end = colon;
     while (this.text.charCodeAt(end - 1) === SPACE) end--;
@@ -393,12 +438,12 @@ class Reader {
     if (resolvePlain(text) !== text) throw GIVE_UP; // null, bool or number keys: yaml's to read
     this.checkKey(text, colon - start);
     this.afterColon = colon + 1;
-    return finish(new Scalar(text), text, 'PLAIN', start, end, end);
+    return finish(newScalar(text), text, 'PLAIN', start, end, end);
   }
 
   /** The first `:` in [from, to) followed by a space or the line's end (a mapping indicator); -1 if none. */
   private indicatorColon(from: number, to: number): number {
-    for (let colon = this.nextColon(from); colon !== -1 && colon < to; colon = this.nextColon(colon + 1)) {
+    for (let colon = this.colons.next(from); colon !== -1 && colon < to; colon = this.colons.next(colon + 1)) {
       if (this.isBreakOrSpace(colon + 1)) return colon;
     }
     return -1;
@@ -415,7 +460,7 @@ class Reader {
     // Most quoted scalars hold no escape: one search finds the end.
     const close = this.text.indexOf(quote === SINGLE_QUOTE ? "'" : '"', start + 1);
     if (close !== -1 && close < lineEnd && this.code(close + 1) !== SINGLE_QUOTE) {
-      const backslash = quote === DOUBLE_QUOTE ? this.text.indexOf('\\', start + 1) : -1;
+      const backslash = quote === DOUBLE_QUOTE ? this.backslashes.next(start + 1) : -1;
       if (backslash === -1 || backslash > close) {
         this.scalarEnd = close + 1;
         return this.text.slice(start + 1, close);
@@ -453,7 +498,7 @@ class Reader {
 
   /** `[a, "b", 'c']` on one line, of scalars only. */
   private flowSeq(start: number, indent: number): YAMLSeq {
-    const seq = new YAMLSeq();
+    const seq = newSeq();
     seq.flow = true;
     let at = this.skipSpaces(start + 1);
     if (this.code(at) === CLOSE_BRACKET) {
@@ -467,7 +512,7 @@ class Reader {
         if (c === DOUBLE_QUOTE || c === SINGLE_QUOTE) {
           const value = this.quoted(itemStart);
           itemEnd = this.scalarEnd;
-          item = finish(new Scalar(value), value, c === DOUBLE_QUOTE ? 'QUOTE_DOUBLE' : 'QUOTE_SINGLE', itemStart, itemEnd, itemEnd);
+          item = finish(newScalar(value), value, c === DOUBLE_QUOTE ? 'QUOTE_DOUBLE' : 'QUOTE_SINGLE', itemStart, itemEnd, itemEnd);
         } else {
           // In a flow collection `-` and `?` start a plain scalar only before a character that is neither space nor flow indicator.
           const second = this.code(itemStart + 1);
@@ -544,12 +589,12 @@ class Reader {
     const body = text.slice(first, end).replace(contentIndent === 2 ? INDENT_2 : new RegExp(`^ {0,${contentIndent}}`, 'gm'), '');
     const value = strip ? body.slice(0, -1) : body;
     this.next = end;
-    return finish(new Scalar(value), value, 'BLOCK_LITERAL', start, end, end);
+    return finish(newScalar(value), value, 'BLOCK_LITERAL', start, end, end);
   }
 
   /** A block sequence: items start with `-` at `indent`. */
   private blockSeq(start: number, indent: number): YAMLSeq {
-    const seq = new YAMLSeq();
+    const seq = newSeq();
     let dash = start;
     for (;;) {
       const itemStart = this.skipSpaces(dash + 1);
