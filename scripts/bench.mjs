@@ -8,7 +8,8 @@
 //       render and on a pass-through render (llama.cpp), against `node -e 0`;
 //       with the V8 code cache (every run after the first), without it
 //       (NODE_DISABLE_COMPILE_CACHE=1), and the first run (cache absent:
-//       compiles cold, warms up, writes the cache). With --before REF, also
+//       compiles cold, warms up, writes the cache), and with fastParse off (the
+//       yaml library alone: what src/yaml-fast.ts saves). With --before REF, also
 //       the bundle built from git REF, in the same interleaved rounds.
 //                                           goals: vLLM <= 1.3x, llama.cpp <= 1.15x (CPU)
 //   (b) `helm template` of test/charts/inference-zoo alone, with the bundle as
@@ -187,6 +188,8 @@ if (only.includes('a')) {
       { label: 'vLLM render, no code cache', cmd: n.bin, args: [bundle], input: realVllm, env: noCache },
       { label: 'llama.cpp render, no code cache', cmd: n.bin, args: [bundle], input: realLlama, env: noCache },
       { label: 'vLLM render, first run (writes the cache)', cmd: n.bin, args: [firstBundle], input: realVllm, before: clearCache },
+      // What the fast parse path (src/yaml-fast.ts) saves: the same run with the yaml library alone.
+      { label: 'vLLM render, fastParse off (yaml only)', cmd: n.bin, args: [bundle], input: realVllm, env: { VRAM_PREFLIGHT_FAST_PARSE: 'off' } },
     ];
     if (beforeBundle) {
       cases.push(
