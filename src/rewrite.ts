@@ -31,7 +31,11 @@ export function applyEdits(text: string, edits: readonly TextEdit[]): string {
  * `yaml` package, PyYAML) reads back as exactly `value`: every character that
  * is not printable, or that YAML 1.1 treats as a line break, is escaped.
  */
+const NOTHING_TO_ESCAPE = /^[^"\\\x00-\x1f\x7f-\x9f\u2028\u2029\ufeff\ud800-\udfff\ufffe\uffff]*$/;
+
 export function quoteYamlString(value: string): string {
+  // Most items need no escape: one regex test instead of a walk over the characters.
+  if (NOTHING_TO_ESCAPE.test(value)) return `"${value}"`;
   let out = '"';
   for (const ch of value) {
     const code = ch.codePointAt(0)!;
@@ -59,7 +63,10 @@ function blockScalarItem(value: string, itemIndent: string): string[] {
   if (body === '' || body.includes('\r') || /^[ \t]/.test(body)) return [`${itemIndent}- ${quoteYamlString(value)}`];
   const chomp = !value.endsWith('\n') ? '-' : value.endsWith('\n\n') ? '+' : '';
   const indent = `${itemIndent}  `;
-  return [`${itemIndent}- |${chomp}`, ...body.split('\n').map((line) => (line === '' ? '' : `${indent}${line}`))];
+  const lines = body.split('\n');
+  for (let i = 0; i < lines.length; i++) if (lines[i] !== '') lines[i] = `${indent}${lines[i]}`;
+  lines.unshift(`${itemIndent}- |${chomp}`);
+  return lines;
 }
 
 /** Anchors to keep, by item index, for the new `command` and `args`. */

@@ -26,7 +26,8 @@ function clone(value: unknown): unknown {
   if (Array.isArray(value)) return value.map(clone);
   if (value && typeof value === 'object') {
     const out: Record<string, unknown> = {};
-    for (const [k, v] of Object.entries(value)) out[k] = clone(v);
+    const keys = Object.keys(value);
+    for (let i = 0; i < keys.length; i++) out[keys[i]!] = clone((value as Record<string, unknown>)[keys[i]!]);
     return out;
   }
   return value;
@@ -50,7 +51,8 @@ export function firstDifference(a: unknown, b: unknown): (string | number)[] | u
     if (a && b && typeof a === 'object' && typeof b === 'object' && !Array.isArray(a) && !Array.isArray(b)) {
       const ka = Object.keys(a);
       if (ka.length !== Object.keys(b).length) return true;
-      for (const k of ka) {
+      for (let i = 0; i < ka.length; i++) {
+        const k = ka[i]!;
         path.push(k);
         if (!Object.prototype.hasOwnProperty.call(b, k)) return true;
         if (differs((a as Record<string, unknown>)[k], (b as Record<string, unknown>)[k])) return true;

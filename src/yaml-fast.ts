@@ -633,9 +633,10 @@ const SPACES = / */y;
 function toJS(node: unknown): unknown {
   if (node instanceof Scalar) return node.value;
   if (node instanceof YAMLSeq) return node.items.map(toJS);
-  const map = node as YAMLMap<Scalar, unknown>;
+  // Indexed loops: a short run is interpreted, where for-of allocates an iterator result per step.
+  const items = (node as YAMLMap<Scalar, unknown>).items;
   const object: Record<string, unknown> = {};
-  for (const pair of map.items) object[pair.key.value as string] = toJS(pair.value);
+  for (let i = 0; i < items.length; i++) object[items[i]!.key.value as string] = toJS(items[i]!.value);
   return object;
 }
 

@@ -61,7 +61,8 @@ export interface EffectivePair {
 export function effectivePair(map: YAMLMap, key: string, doc: ParsedDocument, depth = 0): EffectivePair | undefined {
   let own: Pair | undefined;
   const merges: Pair[] = [];
-  for (const pair of map.items) {
+  for (let i = 0; i < map.items.length; i++) {
+    const pair = map.items[i]!;
     if (isMergeKey(pair.key)) merges.push(pair);
     else if (keyName(pair) === key) own = pair;
   }
@@ -102,7 +103,8 @@ export function findDuplicateKeys(root: unknown): DuplicateKey[] {
     if (isMap(node)) {
       const seen = new Set<string>();
       let reported: Set<string> | undefined;
-      for (const pair of node.items) {
+      for (let i = 0; i < node.items.length; i++) {
+        const pair = node.items[i]!;
         const name = keyName(pair);
         if (name !== undefined) {
           if (seen.has(name) && !reported?.has(name)) {
