@@ -289,6 +289,52 @@ describe('V8 code cache (src/launcher.ts)', () => {
   });
 });
 
+describe('stdin: ASCII read as text piece by piece, anything else as UTF-8 bytes (src/bin.ts)', () => {
+  // More than one piece of src/bin.ts (1 MiB), so that the first pieces are ASCII.
+  const big = generate(600);
+  const run = (input: Buffer, how: 'pipe' | 'file') => {
+    if (how === 'pipe') return spawnSync(process.execPath, [bundle], { input, env, maxBuffer: 1 << 28 });
+    const file = path.join(dir, 'stdin.yaml');
+    writeFileSync(file, input);
+    return spawnSync('/bin/sh', ['-c', '"$NODE" "$BUNDLE" < "$FILE"'], { env: { ...env, NODE: process.execPath, BUNDLE: bundle, FILE: file }, maxBuffer: 1 << 28 });
+  };
+
+  it.each(['pipe', 'file'] as const)('%s: UTF-8 after the first MiB, and a BOM, come out as the source CLI writes them', async (how) => {
+    expect(big.length).toBeGreaterThan(3 << 20);
+    for (const text of [`${big}# Grüße, 模型 ✓\n`, `\ufeff${big}`, `${big.slice(0, 1 << 20)}# é\n${big.slice(1 << 20)}`]) {
+      const input = Buffer.from(text, 'utf8');
+      const expected = await runCli([], input);
+      const r = run(input, how);
+      expect(r.stderr.toString()).toBe(expected.stderr);
+      expect(r.status).toBe(expected.code);
+      expect(r.stdout.equals(Buffer.from(expected.stdout, 'utf8'))).toBe(true);
+    }
+  });
+
+  it.each(['pipe', 'file'] as const)('%s: bytes that are not UTF-8 after the first MiB: BAD_ENCODING, nothing on stdout', (how) => {
+    const input = Buffer.concat([Buffer.from(big.slice(0, (1 << 20) + 5)), Buffer.from([0xff, 0xfe]), Buffer.from(big.slice((1 << 20) + 5))]);
+    const r = run(input, how);
+    expect(r.status).toBe(1);
+    expect(r.stdout.length).toBe(0);
+    expect(r.stderr.toString()).toContain('BAD_ENCODING');
+  });
+
+  it.each(['pipe', 'file'] as const)('%s: ASCII input of several pieces: the output of the source CLI, byte for byte', async (how) => {
+    const input = Buffer.from(big);
+    const expected = await runCli([], input);
+    const r = run(input, how);
+    expect(r.status).toBe(0);
+    expect(r.stdout.equals(Buffer.from(expected.stdout, 'utf8'))).toBe(true);
+  });
+
+  it('empty stdin: exit 0, nothing written', () => {
+    const r = run(Buffer.alloc(0), 'pipe');
+    expect(r.status).toBe(0);
+    expect(r.stdout.length).toBe(0);
+    expect(r.stderr.toString()).toBe('');
+  });
+});
+
 describe('the bundle behaves as the source on every fixture', () => {
   const cases = readdirSync(CASES).sort();
   it.each(cases)('%s', async (name) => {
