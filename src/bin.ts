@@ -146,6 +146,25 @@ const WHY: Record<string, string> = {
  */
 const READ_PIECE = 1 << 20;
 
+/** From this many pieces on, a full GC right after the join pays (collectPieces). */
+const COLLECT_PIECES_FROM = 8;
+
+/**
+ * The pieces are garbage once joined, but external strings live in V8's old
+ * generation, which only a full GC frees; V8 would start one only well into
+ * the transform, holding the input twice (one more time its size of peak RSS)
+ * until then. Reporting a large external allocation makes V8 start that GC
+ * now: an ArrayBuffer that is never touched (calloc'd, so it takes no memory)
+ * and dropped at once. A hint only: a refused allocation changes nothing.
+ */
+function collectPieces(): void {
+  try {
+    void new ArrayBuffer(1 << 28);
+  } catch {
+    // no room even for the address space: the pieces go at V8's next full GC
+  }
+}
+
 /**
  * All of stdin, read synchronously. ASCII input (almost every render) comes
  * back as text: each piece decoded as latin1, which is exact for ASCII and
@@ -191,7 +210,11 @@ function readStdin(): string | Buffer | Promise<Buffer> {
     if (length === buffer.length) take();
   }
   take();
-  if (text !== undefined) return text.length === 1 ? text[0]! : text.join('');
+  if (text !== undefined) {
+    const all = text.length === 1 ? text[0]! : text.join('');
+    if (text.length > COLLECT_PIECES_FROM) collectPieces();
+    return all;
+  }
   const all = bytes.length === 1 ? bytes[0]! : Buffer.concat(bytes);
   bytes = [];
   return all;
