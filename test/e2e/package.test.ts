@@ -43,12 +43,13 @@ describe('plugin.yaml', () => {
 });
 
 describe('bundle', () => {
-  it('is one executable file with a node shebang that runs with no node_modules around it', () => {
+  it('is an executable launcher with a node shebang and its application, which run with no node_modules around them, the launcher renamed', () => {
     const alone = path.join(tempDir('alone'), 'vram-preflight');
     copyFileSync(art.bundle, alone);
+    copyFileSync(path.join(art.dist, 'vram-preflight.app.js'), path.join(path.dirname(alone), 'vram-preflight.app.js'));
     expect(readFileSync(art.bundle, 'utf8').startsWith('#!/usr/bin/env node\n')).toBe(true);
     expect(statSync(art.bundle).mode & 0o111).toBe(0o111);
-    const text = readFileSync(art.bundle, 'utf8');
+    const text = readFileSync(art.bundle, 'utf8') + readFileSync(path.join(art.dist, 'vram-preflight.app.js'), 'utf8');
     expect(text).not.toMatch(/require\(["'](yaml|ajv)["']\)/);
 
     const env = { PATH: process.env.PATH, HOME: path.dirname(alone) };
