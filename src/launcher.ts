@@ -6,9 +6,9 @@
  * run on Node 20).
  *
  * The application is a file of its own, not a string in this one: Node would
- * read this file as UTF-8 and V8 scan a 230 KiB string literal at every start.
- * It is pure ASCII (the build checks), so it is read as latin1, which is a
- * plain copy into a one-byte string. Its first line names its build; an
+ * read this file as UTF-8 and V8 parse a 230 KiB string literal at every
+ * start (a few ms). It is pure ASCII (the build checks), so it is read as
+ * latin1, a plain copy into a one-byte string. Its first line names its build; an
  * application of another build, or none, stops the run with one line on
  * stderr (exit code 1), before anything is read or written.
  *
