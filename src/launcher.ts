@@ -51,7 +51,7 @@
  * flags, and not in a run that writes the cache (which must record the flags
  * V8 sees at the next run's start).
  */
-import { accessSync, constants, readFileSync, renameSync, unlinkSync, writeFileSync, writeSync } from 'node:fs';
+import { accessSync, closeSync, constants, fstatSync, openSync, readSync, renameSync, unlinkSync, writeFileSync, writeSync } from 'node:fs';
 import { basename, dirname, join } from 'node:path';
 import { Script } from 'node:vm';
 
@@ -106,20 +106,64 @@ function stop(problem: string): never {
 
 const appFile = join(dir, __vram_preflight_app);
 const header = `/* vram-preflight application, build ${__vram_preflight_hash} */\n`;
+
+/** An open file and its size. */
+function open(path: string): { fd: number; size: number } {
+  const fd = openSync(path, 'r');
+  try {
+    return { fd, size: fstatSync(fd).size };
+  } catch (error) {
+    closeSync(fd);
+    throw error;
+  }
+}
+
+/** Reads all of `file` into the start of `buffer` (which is large enough), and closes it. */
+function readAll(file: { fd: number; size: number }, buffer: Buffer): Buffer {
+  try {
+    let length = 0;
+    while (length < file.size) {
+      const n = readSync(file.fd, buffer, length, file.size - length, length);
+      if (n === 0) break;
+      length += n;
+    }
+    return buffer.subarray(0, length);
+  } finally {
+    closeSync(file.fd);
+  }
+}
+
+let app: { fd: number; size: number };
+try {
+  app = open(appFile);
+} catch (error) {
+  stop(`cannot read the application ${appFile} (${(error as NodeJS.ErrnoException).code ?? String(error)}), which ${file} runs`);
+}
+let cache: { fd: number; size: number } | undefined;
+if (enabled) {
+  try {
+    cache = open(cacheFile);
+  } catch {
+    // absent or unreadable: compile cold
+  }
+}
+// One buffer for both files, the cache read over the application once that is
+// a string: every page first touched costs, and the cache is as large again.
+const buffer = Buffer.allocUnsafeSlow(Math.max(app.size, cache?.size ?? 0));
 let source: string;
 try {
-  source = readFileSync(appFile, 'latin1');
+  source = readAll(app, buffer).toString('latin1');
 } catch (error) {
   stop(`cannot read the application ${appFile} (${(error as NodeJS.ErrnoException).code ?? String(error)}), which ${file} runs`);
 }
 if (!source.startsWith(header)) stop(`${appFile} is not the application of the build of ${file}`);
 
 let cachedData: Buffer | undefined;
-if (enabled) {
+if (cache !== undefined) {
   try {
-    cachedData = readFileSync(cacheFile);
+    cachedData = readAll(cache, buffer);
   } catch {
-    // absent or unreadable: compile cold
+    // unreadable: compile cold
   }
 }
 const script = new Script(source, { filename: appFile, cachedData });
