@@ -139,10 +139,10 @@ const WHY: Record<string, string> = {
  * Bytes read at a time, into one buffer used again for every piece: a pipe
  * never costs a copy of what came before (a doubling buffer copies the input
  * once more, and every page first touched costs). From 1,031,913 bytes on,
- * Node makes a piece's string an external one (a malloc'd copy, outside V8's
- * heap): the pieces then cause no scavenge while they are read, so none is
- * promoted, and the first scavenge after the join frees them all (heap-
- * allocated pieces would stay until a full GC, ~1x the input more peak RSS).
+ * Node makes a piece's string an external one (a malloc'd copy outside V8's
+ * heap, which no scavenge copies or counts); heap-allocated pieces would
+ * trigger scavenges while the rest is read and be promoted. Either way only a
+ * full GC frees them (collectPieces).
  */
 const READ_PIECE = 1 << 20;
 
