@@ -6,10 +6,11 @@
 // process: it costs no extra start of node), and its install/update hook runs
 // node -e "require(<this file>)" plugin-install-check.
 //
-// It stops the run when the Node.js is older than 20 or when the bundle is
-// missing (a plugin installed from a git URL or an unbuilt checkout has no
-// dist/). Helm 4 throws away a post-renderer's stderr and prints only
-// 'plugin "vram-preflight" exited with error', so under Helm 4
+// It stops the run when the Node.js is older than 20 or when the bundle (the
+// launcher dist/vram-preflight.cjs or the application it loads,
+// dist/vram-preflight.app.js) is missing (a plugin installed from a git URL or
+// an unbuilt checkout has no dist/). Helm 4 throws away a post-renderer's
+// stderr and prints only 'plugin "vram-preflight" exited with error', so under Helm 4
 // (HELM_PLUGIN_NAME=vram-preflight) the message also goes to stdout as a YAML
 // document that is not a mapping, and the exit status is 0: Helm 4 then
 // fails with "error parsing YAML: wrong node kind: expected MappingNode but
@@ -42,9 +43,12 @@ function problems(bundle) {
       'Install Node.js ' + MIN_MAJOR + '+ or put it first on that PATH; nothing else needs to change.'
     );
   }
-  if (bundle && !fs.existsSync(bundle)) {
+  // The application the launcher loads: its name with .app.js for .cjs (scripts/build.mjs appFileName).
+  var app = bundle && bundle.replace(/\.c?js$/, '') + '.app.js';
+  var missing = !bundle ? undefined : !fs.existsSync(bundle) ? bundle : !fs.existsSync(app) ? app : undefined;
+  if (missing) {
     out.push(
-      'the plugin has no bundle (' + bundle + '): it was installed from a git URL or an unbuilt checkout.',
+      'the plugin has no bundle (' + missing + '): it was installed from a git URL or an unbuilt checkout.',
       'Install the release archive instead: helm plugin uninstall vram-preflight, then helm plugin install <release URL or file>/vram-preflight-' + pluginVersion() + '.tgz',
       '(signed: its .prov next to it is verified by default); or build the checkout (npm ci && npm run build). See docs/install.md.'
     );

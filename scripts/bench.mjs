@@ -136,6 +136,7 @@ const firstDir = path.join(work, 'first');
 mkdirSync(firstDir);
 const firstBundle = path.join(firstDir, 'vram-preflight.cjs');
 copyFileSync(bundle, firstBundle);
+copyFileSync(built.appfile, path.join(firstDir, path.basename(built.appfile)));
 const clearCache = () => {
   for (const f of readdirSync(firstDir)) if (f.endsWith('.v8cache')) unlinkSync(path.join(firstDir, f));
 };

@@ -1,16 +1,24 @@
 #!/usr/bin/env node
-// Bundles src/bin.ts (and everything it imports: yaml, src/*.json) into
-// ONE self-contained CommonJS file, dist/vram-preflight.cjs, that runs with
-// plain `node` and needs no node_modules. The file is the launcher
-// (src/launcher.ts) followed by nothing else: the application is embedded in
-// it as one string, which the launcher compiles with a V8 code cache kept next
-// to the file (see src/launcher.ts). Used by `npm run build`, by
+// Bundles src/bin.ts (and everything it imports: yaml, src/*.json) into two
+// self-contained files that run with plain `node` and need no node_modules:
+//
+//   dist/vram-preflight.cjs      the launcher (src/launcher.ts): the file to run
+//                                (package.json "bin", plugin.yaml, the Argo CD image)
+//   dist/vram-preflight.app.js   the application, which the launcher reads and
+//                                compiles with a V8 code cache kept next to it
+//                                (see src/launcher.ts); never run by itself
+//
+// The two are one build: every artifact ships both, side by side (DIST_FILES
+// in scripts/package-plugin.mjs). The application is pure ASCII (checked
+// here) so that the launcher reads it as latin1: no UTF-8 decoding, and V8
+// gets a one-byte string. Used by `npm run build`, by
 // scripts/package-plugin.mjs and by the e2e tests.
 //
-//   node scripts/build.mjs                 build dist/vram-preflight.cjs
+//   node scripts/build.mjs                 build dist/vram-preflight.cjs (+ .app.js)
 //   node scripts/build.mjs --analyze       also print what the bundle is made of
 //   node scripts/build.mjs --outfile FILE  build elsewhere (the e2e tests build
-//                                          into temp dirs so they never race dist/)
+//                                          into temp dirs so they never race dist/);
+//                                          the application goes next to FILE
 //   node scripts/build.mjs --no-tiering-cap  without the launcher's cap on V8's
 //                                          tiers (for measurements; src/launcher.ts)
 import { build } from 'esbuild';
@@ -60,12 +68,15 @@ const yamlNodeBehaviour = {
     });
   },
 };
+/** The application's first line (src/launcher.ts checks it). */
+export const appHeader = (hash) => `/* vram-preflight application, build ${hash} */\n`;
+
 const yamlVersion = () => JSON.parse(readFileSync(path.join(yamlDir, 'package.json'), 'utf8')).version;
 
 /**
  * The application: src/bin.ts and what it imports, as the body of a CommonJS
- * module function. Not written to disk by itself: scripts/build.mjs embeds it
- * in the launcher (src/launcher.ts), which compiles it with a V8 code cache.
+ * module function. Written by buildBundle, wrapped, next to the launcher
+ * (src/launcher.ts), which compiles it with a V8 code cache.
  */
 async function buildApp() {
   const result = await build({
@@ -89,9 +100,10 @@ async function buildApp() {
     // lazy loads (the registry client, node: built-ins) become require() calls.
     supported: { 'dynamic-import': false },
     // ESM source compiled to CJS: `import.meta.url` has no CJS meaning, so map
-    // it to the bundle's own file URL.
-    banner: { js: 'var __vram_preflight_import_meta_url=require("url").pathToFileURL(__filename).href;' },
-    define: { 'import.meta.url': '__vram_preflight_import_meta_url' },
+    // it to the bundle's own file URL; computed on first use (node:url's
+    // pathToFileURL costs ~0.7 ms of start-up, and nothing uses it today).
+    banner: { js: 'var __vram_preflight_import_meta={get url(){return require("url").pathToFileURL(__filename).href}};' },
+    define: { 'import.meta.url': '__vram_preflight_import_meta.url' },
     loader: { '.json': 'json' },
   });
   return result;
@@ -116,20 +128,37 @@ async function buildLauncher({ tieringCap }) {
   return result;
 }
 
+/** The application's file name for a launcher named `launcherName`: same stem, `.app.js`. */
+export function appFileName(launcherName) {
+  return `${launcherName.replace(/\.c?js$/, '')}.app.js`;
+}
+
 export async function buildBundle({ outfile = defaultOutfile, quiet = false, analyze = false, tieringCap = true } = {}) {
   outfile = path.resolve(outfile);
+  const appName = appFileName(path.basename(outfile));
+  const appfile = path.join(path.dirname(outfile), appName);
   mkdirSync(path.dirname(outfile), { recursive: true });
   const [result, launcher] = await Promise.all([buildApp(), buildLauncher({ tieringCap })]);
   const app = result.outputFiles[0].text.replace(/^#![^\n]*\n/, '');
   // Wrapped as Node wraps a CommonJS module; the launcher calls it.
   const source = `(function (exports, require, module, __filename, __dirname) {${app}\n})`;
   const hash = createHash('sha256').update(source).digest('hex').slice(0, 16);
+  // The launcher reads the application as latin1, which is exact only for ASCII
+  // (esbuild's default charset escapes everything else; a comment or a plugin could not).
+  const nonAscii = /[^\x00-\x7f]/.exec(source);
+  if (nonAscii) {
+    throw new Error(`the application is not pure ASCII (U+${nonAscii[0].codePointAt(0).toString(16).toUpperCase().padStart(4, '0')} near "${source.slice(Math.max(0, nonAscii.index - 40), nonAscii.index + 10)}"): the launcher reads it as latin1`);
+  }
+  // The first line names the build: the launcher checks it, so that an
+  // application of another build (whose code cache could be taken for its
+  // own, V8 checking only the source's length) is refused, not run.
+  const appText = `${appHeader(hash)}${source}`;
   const text =
     '#!/usr/bin/env node\n' +
     // Before anything else, in syntax any Node parses: an old Node says so plainly (Helm 3, npm, Argo CD run
     // the bundle directly; the Helm 4 plugin checks earlier, bin/node-version-guard.cjs).
     'if(!(+process.versions.node.split(".")[0]>=20)){process.stderr.write("vram-preflight: Node.js 20 or newer is needed; this is Node.js "+process.version+" ("+process.execPath+")\\n");process.exit(1)}\n' +
-    `var __vram_preflight_hash=${JSON.stringify(hash)},__vram_preflight_source=${JSON.stringify(source)};\n` +
+    `var __vram_preflight_hash=${JSON.stringify(hash)},__vram_preflight_app=${JSON.stringify(appName)};\n` +
     launcher.outputFiles[0].text;
   for (const w of result.warnings) {
     if (!quiet) process.stderr.write(`build: warning: ${w.text}${w.location ? ` (${w.location.file}:${w.location.line})` : ''}\n`);
@@ -145,6 +174,9 @@ export async function buildBundle({ outfile = defaultOutfile, quiet = false, ana
     throw new Error(`bundle is not self-contained, it requires: ${[...new Set(external)].join(', ')}`);
   }
 
+  // The application first: a launcher never names an application not yet written.
+  writeFileSync(appfile, appText, 'latin1');
+  chmodSync(appfile, 0o644);
   writeFileSync(outfile, text);
   chmodSync(outfile, 0o755);
   // Code caches of earlier builds at this path (src/launcher.ts names them
@@ -153,9 +185,9 @@ export async function buildBundle({ outfile = defaultOutfile, quiet = false, ana
   for (const f of readdirSync(path.dirname(outfile))) {
     if (f.startsWith(`${stem}.`) && f.endsWith('.v8cache') && !f.startsWith(`${stem}.${hash}.`)) rmSync(path.join(path.dirname(outfile), f), { force: true });
   }
-  const size = statSync(outfile).size;
+  const size = statSync(outfile).size + statSync(appfile).size;
   if (!quiet) {
-    process.stdout.write(`build: ${path.relative(root, outfile)} ${(size / 1024).toFixed(1)} KiB\n`);
+    process.stdout.write(`build: ${path.relative(root, outfile)} ${(statSync(outfile).size / 1024).toFixed(1)} KiB + ${path.relative(root, appfile)} ${(statSync(appfile).size / 1024).toFixed(1)} KiB\n`);
   }
   if (analyze) {
     const inputs = Object.values(result.metafile.outputs)[0].inputs;
@@ -169,7 +201,7 @@ export async function buildBundle({ outfile = defaultOutfile, quiet = false, ana
       process.stdout.write(`  ${(v / 1024).toFixed(1).padStart(8)} KiB  ${k}\n`);
     }
   }
-  return { outfile, size, hash };
+  return { outfile, appfile, size, hash };
 }
 
 if (process.argv[1] && path.resolve(process.argv[1]) === fileURLToPath(import.meta.url)) {

@@ -4,9 +4,11 @@
 //   <dist>/plugin/vram-preflight/
 //     plugin.yaml                    (the repository's plugin.yaml, unchanged)
 //     bin/node-version-guard.cjs     (the Node.js >= 20 check plugin.yaml loads first)
-//     dist/vram-preflight.cjs        (the self-contained bundle, 0755; the same
-//                                     relative path as in the npm package and in
-//                                     a built checkout, so one plugin.yaml serves all)
+//     dist/vram-preflight.cjs        (the launcher, 0755, and next to it the
+//     dist/vram-preflight.app.js      application it loads, 0644: the self-contained
+//                                     bundle; the same relative paths as in the npm
+//                                     package and in a built checkout, so one
+//                                     plugin.yaml serves all)
 //     README.md, LICENSE (when the repository has one)
 //
 // and archives it as <dist>/vram-preflight-<version>.tgz, laid out the way
@@ -45,7 +47,7 @@ export const PLUGIN_NAME = 'vram-preflight';
  * THE one list: a companion of the bundle (e.g. a V8 code-cache file) is one
  * more entry here.
  */
-export const DIST_FILES = ['vram-preflight.cjs'];
+export const DIST_FILES = ['vram-preflight.cjs', 'vram-preflight.app.js'];
 
 /** Repository files the plugin carries as they are (besides dist/ and the generated README). */
 export const PLUGIN_REPO_FILES = ['plugin.yaml', 'bin/node-version-guard.cjs'];
@@ -202,7 +204,7 @@ Keep the file name: the signature and the installer both use it.
 
 Helm 4 only. Keep it out of a plugins directory that Helm 3 reads (give Helm 4
 its own HELM_DATA_HOME); Helm 3 uses the npm package or the bundle
-(dist/vram-preflight.cjs) by path:
+(dist/vram-preflight.cjs, with dist/vram-preflight.app.js next to it) by path:
 
     helm template my-release ./chart --post-renderer /path/to/dist/vram-preflight.cjs
 

@@ -8,11 +8,15 @@
  * to process.stdin; a non-blocking stdout (EAGAIN) is waited on, never
  * dropped; partial writes continue where they stopped.
  *
+ * stdout is written in batches (WRITE_BATCH), flushed before any write to
+ * stderr and at the end, so the order of the two as one stream is kept.
+ *
  * A failed write to stdout (EPIPE: the reader went away; ENOSPC: disk full;
  * EBADF: stdout closed) ends the run with ONE line on stderr and exit code 74
  * (EX_IOERR of sysexits.h), whatever the CLI decided: the output is incomplete.
  */
-import { fstatSync, readFileSync, readlinkSync, readSync, writeFileSync, writeSync } from 'node:fs';
+import { isAscii } from 'node:buffer';
+import { readFileSync, readlinkSync, readSync, writeFileSync, writeSync } from 'node:fs';
 import { main } from './cli.js';
 
 export { warmUp } from './warmup.js';
@@ -24,9 +28,10 @@ const sleep = (ms: number): void => {
   Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, ms);
 };
 
-/** Writes all of `text` to `fd`, across partial writes and EAGAIN (a non-blocking pipe that is full). */
-function writeAll(fd: number, text: string): void {
-  let rest: Buffer | undefined;
+/** Writes all of `data` to `fd`, across partial writes and EAGAIN (a non-blocking pipe that is full). */
+function writeAll(fd: number, data: string | Buffer): void {
+  const text = typeof data === 'string' ? data : '';
+  let rest = typeof data === 'string' ? undefined : data;
   for (;;) {
     let n: number;
     try {
@@ -68,25 +73,50 @@ function stdoutIsClosed(): boolean {
 let writeFailure: NodeJS.ErrnoException | undefined;
 let stdoutChecked = false;
 
+function writeStdout(data: string | Buffer): void {
+  if (writeFailure !== undefined) return;
+  try {
+    if (!stdoutChecked) {
+      stdoutChecked = true;
+      if (stdoutIsClosed()) throw Object.assign(new Error('stdout is closed'), { code: 'EBADF' });
+    }
+    writeAll(1, data);
+  } catch (error) {
+    writeFailure = error as NodeJS.ErrnoException;
+  }
+}
+
+/**
+ * stdout is written in batches of up to this many bytes: the CLI writes a
+ * render as one piece per document (10,000 write calls for 10,000 documents
+ * otherwise), always after the whole transform succeeded.
+ */
+const WRITE_BATCH = 1 << 18;
+let batch: Buffer | undefined;
+let batched = 0;
+
+function flushStdout(): void {
+  if (batched === 0 || batch === undefined) return;
+  const bytes = batch.subarray(0, batched);
+  batched = 0;
+  writeStdout(bytes);
+}
+
 const stdout = {
   write(text: string): boolean {
     if (writeFailure !== undefined || text === '') return writeFailure === undefined;
-    try {
-      if (!stdoutChecked) {
-        stdoutChecked = true;
-        if (stdoutIsClosed()) throw Object.assign(new Error('stdout is closed'), { code: 'EBADF' });
-      }
-      writeAll(1, text);
-      return true;
-    } catch (error) {
-      writeFailure = error as NodeJS.ErrnoException;
-      return false;
-    }
+    // A UTF-16 unit is at most 3 bytes of UTF-8.
+    if (batched + text.length * 3 > WRITE_BATCH) flushStdout();
+    if (text.length * 3 > WRITE_BATCH) writeStdout(text);
+    else batched += (batch ??= Buffer.allocUnsafe(WRITE_BATCH)).write(text, batched);
+    return writeFailure === undefined;
   },
 };
 
 const stderr = {
   write(text: string): boolean {
+    // What the CLI wrote to stdout before goes out first (2>&1 keeps the order).
+    flushStdout();
     try {
       writeAll(2, text);
       return true;
@@ -106,39 +136,88 @@ const WHY: Record<string, string> = {
 };
 
 /**
- * All of stdin as one Buffer, read synchronously (one allocation for a file;
- * doubling for a pipe). A non-blocking stdin (EAGAIN) continues through process.stdin.
+ * Bytes read at a time, into one buffer used again for every piece: a pipe
+ * never costs a copy of what came before (a doubling buffer copies the input
+ * once more, and every page first touched costs). From 1,031,913 bytes on,
+ * Node makes a piece's string an external one (a malloc'd copy outside V8's
+ * heap, which no scavenge copies or counts); heap-allocated pieces would
+ * trigger scavenges while the rest is read and be promoted. Either way only a
+ * full GC frees them (collectPieces).
  */
-function readStdin(): Buffer | Promise<Buffer> {
-  let size = 0;
+const READ_PIECE = 1 << 20;
+
+/** Above this many pieces (2 MiB), a full GC right after the join pays (collectPieces): less peak RSS, no more CPU. */
+const COLLECT_PIECES_FROM = 2;
+
+/**
+ * The pieces are garbage once joined, but external strings live in V8's old
+ * generation, which only a full GC frees; V8 would start one only well into
+ * the transform, holding the input twice (one more time its size of peak RSS)
+ * until then. Reporting a large external allocation makes V8 start that GC
+ * now: an ArrayBuffer that is never touched (calloc'd, so it takes no memory)
+ * and dropped at once. A hint only: a refused allocation changes nothing.
+ */
+function collectPieces(): void {
   try {
-    const stat = fstatSync(0);
-    if (stat.isFile()) size = stat.size;
+    void new ArrayBuffer(1 << 28);
   } catch {
-    // not a file: grow as it comes
+    // no room even for the address space: the pieces go at V8's next full GC
   }
-  // A file: its size (+1 to see the end in one read). A pipe: 64 KiB, doubled as needed.
-  let buffer = Buffer.allocUnsafe(Math.max(size + 1, 1 << 16));
+}
+
+/**
+ * All of stdin, read synchronously. ASCII input (almost every render) comes
+ * back as text: each piece decoded as latin1, which is exact for ASCII and
+ * skips UTF-8 validation and decoding, then joined once. Anything else comes
+ * back as bytes, for the CLI to check and decode as UTF-8. A non-blocking
+ * stdin (EAGAIN) continues through process.stdin.
+ */
+function readStdin(): string | Buffer | Promise<Buffer> {
+  const buffer = Buffer.allocUnsafe(READ_PIECE);
+  let text: string[] | undefined = [];
+  let bytes: Buffer[] = [];
   let length = 0;
-  for (;;) {
-    if (length === buffer.length) {
-      const bigger = Buffer.allocUnsafe(buffer.length * 2);
-      buffer.copy(bigger, 0, 0, length);
-      buffer = bigger;
+  const take = (): void => {
+    if (length === 0) return;
+    const piece = buffer.subarray(0, length);
+    length = 0;
+    if (text !== undefined && isAscii(piece)) {
+      text.push(piece.toString('latin1'));
+      return;
     }
+    if (text !== undefined) {
+      // Not ASCII: from here on bytes, the text so far back to the bytes it was read from.
+      if (text.length > 0) bytes.push(Buffer.from(text.join(''), 'latin1'));
+      text = undefined;
+    }
+    bytes.push(Buffer.from(piece));
+  };
+  for (;;) {
     let n: number;
     try {
       n = readSync(0, buffer, length, buffer.length - length, null);
     } catch (error) {
       const code = (error as NodeJS.ErrnoException).code;
-      if (code === 'EAGAIN') return readRest(buffer.subarray(0, length));
+      if (code === 'EAGAIN') {
+        take();
+        return readRest(text === undefined ? Buffer.concat(bytes) : Buffer.from(text.join(''), 'latin1'));
+      }
       if (code === 'EOF') break;
       throw error;
     }
     if (n === 0) break;
     length += n;
+    if (length === buffer.length) take();
   }
-  return length === buffer.length ? buffer : buffer.subarray(0, length);
+  take();
+  if (text !== undefined) {
+    const all = text.length === 1 ? text[0]! : text.join('');
+    if (text.length > COLLECT_PIECES_FROM) collectPieces();
+    return all;
+  }
+  const all = bytes.length === 1 ? bytes[0]! : Buffer.concat(bytes);
+  bytes = [];
+  return all;
 }
 
 async function readRest(head: Buffer): Promise<Buffer> {
@@ -155,8 +234,8 @@ const OPTIMISE_FROM_BYTES = 1 << 20;
  * that mention vLLM): no optimising compiler, whose background work would
  * cost more CPU time than it saves. A performance hint only.
  */
-function capTieringFor(input: Buffer): Buffer {
-  if (input.length < OPTIMISE_FROM_BYTES && /vllm/i.test(input.toString('latin1'))) {
+function capTieringFor<T extends string | Buffer>(input: T): T {
+  if (input.length < OPTIMISE_FROM_BYTES && /vllm/i.test(typeof input === 'string' ? input : input.toString('latin1'))) {
     (globalThis as Record<symbol, (() => void) | undefined>)[Symbol.for('vram-preflight.cap-tiering')]?.();
   }
   return input;
@@ -175,6 +254,7 @@ main(process.argv.slice(2), {
   lookupImageStarts: (images, options) => import('./registry/index.js').then((registry) => registry.lookupImageStarts(images, options)),
 }).then(
   (code) => {
+    flushStdout();
     if (writeFailure !== undefined) {
       const code = writeFailure.code ?? 'error';
       stderr.write(`vram-preflight: error: cannot write to stdout: ${code} (${WHY[code] ?? writeFailure.message}); the output is incomplete\n`);

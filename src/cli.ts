@@ -153,8 +153,15 @@ function resolveOptions(args: ParsedArgs, io: CliIO): Options {
 }
 
 async function readAll(stdin: AsyncIterable<Uint8Array | string>): Promise<string> {
-  const parts: Uint8Array[] = [];
-  for await (const part of stdin) parts.push(typeof part === 'string' ? Buffer.from(part, 'utf8') : part);
+  const given: (Uint8Array | string)[] = [];
+  for await (const part of stdin) given.push(part);
+  // Text as one string is taken as it is (src/bin.ts decodes ASCII input
+  // itself): no copy back to bytes and out again. Unless it has a lone
+  // surrogate, which its UTF-8 bytes would turn into U+FFFD.
+  const text = given[0];
+  if (given.length === 1 && typeof text === 'string' && (text as string & { isWellFormed(): boolean }).isWellFormed()) return text;
+  const parts = given.map((part) => (typeof part === 'string' ? Buffer.from(part, 'utf8') : part));
+  given.length = 0;
   const only = parts[0];
   const bytes = parts.length === 1 && only ? Buffer.from(only.buffer, only.byteOffset, only.byteLength) : Buffer.concat(parts);
   parts.length = 0;

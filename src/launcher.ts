@@ -1,14 +1,22 @@
 /**
- * The first code of dist/vram-preflight.cjs: loads the application (the
- * esbuild bundle of src/bin.ts, embedded by scripts/build.mjs as one string)
- * through `vm.Script` with a V8 code cache, so that a run after the first
- * skips compiling the code it uses (~40 ms of a ~100 ms run on Node 20).
+ * dist/vram-preflight.cjs, the file that is run: loads the application (the
+ * esbuild bundle of src/bin.ts, which scripts/build.mjs writes next to it as
+ * <launcher stem>.app.js) through `vm.Script` with a V8 code cache, so that a
+ * run after the first skips compiling the code it uses (~40 ms of a ~100 ms
+ * run on Node 20).
+ *
+ * The application is a file of its own, not a string in this one: Node would
+ * read this file as UTF-8 and V8 parse a 230 KiB string literal at every
+ * start (a few ms). It is pure ASCII (the build checks), so it is read as
+ * latin1, a plain copy into a one-byte string. Its first line names its build; an
+ * application of another build, or none, stops the run with one line on
+ * stderr (exit code 1), before anything is read or written.
  *
  * The cache is a file next to the bundle:
  *
- *   <bundle name>.<hash16>.node-<version>-<arch>.v8cache
+ *   <launcher name>.<hash16>.node-<version>-<arch>.v8cache
  *
- * hash16: the first 16 hex digits of the SHA-256 of the embedded source,
+ * hash16: the first 16 hex digits of the SHA-256 of the application's source,
  * computed at build time (V8 itself checks only the source's length); the
  * Node version and architecture are in the name so that another Node never
  * even reads it. V8 checks the rest (its version, flags) and rejects a cache
@@ -43,11 +51,12 @@
  * flags, and not in a run that writes the cache (which must record the flags
  * V8 sees at the next run's start).
  */
-import { accessSync, constants, readFileSync, renameSync, unlinkSync, writeFileSync } from 'node:fs';
+import { accessSync, closeSync, constants, fstatSync, openSync, readSync, renameSync, unlinkSync, writeFileSync, writeSync } from 'node:fs';
 import { basename, dirname, join } from 'node:path';
 import { Script } from 'node:vm';
 
-declare const __vram_preflight_source: string;
+/** The application's file name, next to this file (scripts/build.mjs). */
+declare const __vram_preflight_app: string;
 declare const __vram_preflight_hash: string;
 /** Build-time switch (scripts/build.mjs --no-tiering-cap), for measurements. */
 declare const __VRAM_PREFLIGHT_TIERING_CAP__: boolean;
@@ -85,15 +94,79 @@ let write = false;
   setFlags('--max-opt=1');
 };
 
-let cachedData: Buffer | undefined;
+/** One line on stderr and exit code 1: the installation is incomplete; nothing else has happened yet. */
+function stop(problem: string): never {
+  try {
+    writeSync(2, `vram-preflight: error: ${problem}; install both files of one build side by side (docs/install.md)\n`);
+  } catch {
+    // nowhere left to say it
+  }
+  process.exit(1);
+}
+
+const appFile = join(dir, __vram_preflight_app);
+const header = `/* vram-preflight application, build ${__vram_preflight_hash} */\n`;
+
+/** An open file and its size. */
+function open(path: string): { fd: number; size: number } {
+  const fd = openSync(path, 'r');
+  try {
+    return { fd, size: fstatSync(fd).size };
+  } catch (error) {
+    closeSync(fd);
+    throw error;
+  }
+}
+
+/** Reads all of `file` into the start of `buffer` (which is large enough), and closes it. */
+function readAll(file: { fd: number; size: number }, buffer: Buffer): Buffer {
+  try {
+    let length = 0;
+    while (length < file.size) {
+      const n = readSync(file.fd, buffer, length, file.size - length, length);
+      if (n === 0) break;
+      length += n;
+    }
+    return buffer.subarray(0, length);
+  } finally {
+    closeSync(file.fd);
+  }
+}
+
+let app: { fd: number; size: number };
+try {
+  app = open(appFile);
+} catch (error) {
+  stop(`cannot read the application ${appFile} (${(error as NodeJS.ErrnoException).code ?? String(error)}), which ${file} runs`);
+}
+let cache: { fd: number; size: number } | undefined;
 if (enabled) {
   try {
-    cachedData = readFileSync(cacheFile);
+    cache = open(cacheFile);
   } catch {
     // absent or unreadable: compile cold
   }
 }
-const script = new Script(__vram_preflight_source, { filename: file, cachedData });
+// One buffer for both files, the cache read over the application once that is
+// a string: every page first touched costs, and the cache is as large again.
+const buffer = Buffer.allocUnsafeSlow(Math.max(app.size, cache?.size ?? 0));
+let source: string;
+try {
+  source = readAll(app, buffer).toString('latin1');
+} catch (error) {
+  stop(`cannot read the application ${appFile} (${(error as NodeJS.ErrnoException).code ?? String(error)}), which ${file} runs`);
+}
+if (!source.startsWith(header)) stop(`${appFile} is not the application of the build of ${file}`);
+
+let cachedData: Buffer | undefined;
+if (cache !== undefined) {
+  try {
+    cachedData = readAll(cache, buffer);
+  } catch {
+    // unreadable: compile cold
+  }
+}
+const script = new Script(source, { filename: appFile, cachedData });
 write = enabled && (cachedData === undefined || script.cachedDataRejected === true);
 cachedData = undefined;
 (script.runInThisContext() as AppFunction).call(module.exports, module.exports, require, module, file, dir);

@@ -46,7 +46,8 @@ export function ensureTool(): string {
   const newestSource = Math.max(
     ...readdirSync(path.join(ROOT, 'src')).map((f) => statSync(path.join(ROOT, 'src', f)).mtimeMs),
   );
-  if (!existsSync(bundle) || statSync(bundle).mtimeMs < newestSource) {
+  const app = path.join(ROOT, 'dist/vram-preflight.app.js');
+  if (!existsSync(bundle) || !existsSync(app) || statSync(bundle).mtimeMs < newestSource) {
     execFileSync(process.execPath, [path.join(ROOT, 'scripts/build.mjs')], { cwd: ROOT, stdio: ['ignore', 'ignore', 'inherit'] });
   }
   return bundle;

@@ -256,5 +256,6 @@ describe('deploy/argocd/Dockerfile', () => {
     expect(dockerfile).toMatch(/^USER 999$/m);
     expect(dockerfile).toContain('ln -s /opt/vram-preflight/vram-preflight.cjs /usr/local/bin/vram-preflight');
     expect(dockerfile).toContain('COPY --from=bundle /src/dist/vram-preflight.cjs /opt/vram-preflight/vram-preflight.cjs');
+    expect(dockerfile).toContain('COPY --from=bundle /src/dist/vram-preflight.app.js /opt/vram-preflight/vram-preflight.app.js');
   });
 });

@@ -8,7 +8,7 @@
  * exactly as the code the other tests test.
  */
 import { execFileSync, spawnSync } from 'node:child_process';
-import { chmodSync, copyFileSync, existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import { chmodSync, copyFileSync, existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -39,6 +39,14 @@ afterAll(() => {
     rmSync(dir, { recursive: true, force: true });
   }
 });
+
+/** The launcher and its application, copied into d (they go together); the launcher's path. */
+function copyBundle(d: string): string {
+  const b = path.join(d, 'vram-preflight.cjs');
+  copyFileSync(bundle, b);
+  copyFileSync(path.join(dir, 'vram-preflight.app.js'), path.join(d, 'vram-preflight.app.js'));
+  return b;
+}
 
 const caches = (d: string) => readdirSync(d).filter((f) => f.endsWith('.v8cache'));
 const sh = (script: string, input?: Buffer) =>
@@ -146,11 +154,67 @@ describe('Node.js older than 20', () => {
   });
 });
 
+describe('the launcher and its application (scripts/build.mjs writes both)', () => {
+  it('the build writes the application next to the launcher, pure ASCII, named by the launcher', () => {
+    const app = readFileSync(path.join(dir, 'vram-preflight.app.js'));
+    expect(app.every((b) => b < 0x80)).toBe(true);
+    expect(app.toString('latin1')).toMatch(/^\/\* vram-preflight application, build [0-9a-f]{16} \*\/\n\(function /);
+    expect(statSync(bundle).size).toBeLessThan(8 * 1024);
+  });
+
+  it('no application next to the launcher: one line, exit 1, nothing on stdout', () => {
+    const d = mkdtempSync(path.join(dir, 'no-app-'));
+    const b = path.join(d, 'vram-preflight.cjs');
+    copyFileSync(bundle, b);
+    const r = spawnSync(process.execPath, [b], { input: vllm, env, encoding: 'utf8' });
+    expect(r.status).toBe(1);
+    expect(r.stdout).toBe('');
+    expect(r.stderr).toBe(
+      `vram-preflight: error: cannot read the application ${path.join(d, 'vram-preflight.app.js')} (ENOENT), which ${b} runs; install both files of one build side by side (docs/install.md)\n`,
+    );
+  });
+
+  it('an application of another build: one line, exit 1, nothing on stdout, no cache written', () => {
+    const d = mkdtempSync(path.join(dir, 'other-app-'));
+    const b = copyBundle(d);
+    const app = path.join(d, 'vram-preflight.app.js');
+    writeFileSync(app, readFileSync(app, 'latin1').replace(/build [0-9a-f]{16}/, 'build 0123456789abcdef'), 'latin1');
+    const r = spawnSync(process.execPath, [b], { input: vllm, env, encoding: 'utf8' });
+    expect(r.status).toBe(1);
+    expect(r.stdout).toBe('');
+    expect(r.stderr).toBe(`vram-preflight: error: ${app} is not the application of the build of ${b}; install both files of one build side by side (docs/install.md)\n`);
+    expect(caches(d)).toHaveLength(0);
+  });
+
+  it("the Helm 4 plugin's check (bin/node-version-guard.cjs) names a missing application before the launcher runs", () => {
+    const d = mkdtempSync(path.join(dir, 'plugin-'));
+    mkdirSync(path.join(d, 'bin'));
+    mkdirSync(path.join(d, 'dist'));
+    copyFileSync(path.join(ROOT, 'bin/node-version-guard.cjs'), path.join(d, 'bin/node-version-guard.cjs'));
+    const b = path.join(d, 'dist/vram-preflight.cjs');
+    copyFileSync(bundle, b);
+    const r = spawnSync(process.execPath, ['-r', path.join(d, 'bin/node-version-guard.cjs'), b], { input: vllm, env, encoding: 'utf8' });
+    expect(r.status).toBe(1);
+    expect(r.stdout).toBe('');
+    expect(r.stderr).toContain(`vram-preflight: the plugin has no bundle (${path.join(d, 'dist/vram-preflight.app.js')})`);
+  });
+
+  it('runs through a symbolic link to the launcher (npm and the Argo CD image link it onto PATH)', () => {
+    if (!isLinux) return;
+    const d = mkdtempSync(path.join(dir, 'link-'));
+    const b = copyBundle(d);
+    const link = path.join(mkdtempSync(path.join(dir, 'bin-')), 'vram-preflight');
+    execFileSync('ln', ['-s', b, link]);
+    const r = spawnSync(process.execPath, [link], { input: vllm, env, encoding: 'utf8' });
+    expect(r.stderr).toBe('');
+    expect(r.stdout).toBe(vllmExpected);
+  });
+});
+
 describe('V8 code cache (src/launcher.ts)', () => {
   it('is written next to the bundle by the first run, then used; output identical every time', () => {
     const d = mkdtempSync(path.join(dir, 'cache-'));
-    const b = path.join(d, 'vram-preflight.cjs');
-    copyFileSync(bundle, b);
+    const b = copyBundle(d);
     const first = spawnSync(process.execPath, [b, '--version'], { env, encoding: 'utf8' });
     expect(first.stdout).toBe(`${JSON.parse(readFileSync(path.join(ROOT, 'package.json'), 'utf8')).version}\n`);
     const written = caches(d);
@@ -168,8 +232,7 @@ describe('V8 code cache (src/launcher.ts)', () => {
 
   it('a cache written by a render is used by the next renders, not rewritten (the flags V8 records in it match)', () => {
     const d = mkdtempSync(path.join(dir, 'render-'));
-    const b = path.join(d, 'vram-preflight.cjs');
-    copyFileSync(bundle, b);
+    const b = copyBundle(d);
     const stamp = () => readdirSync(d).map((f) => `${f}@${statSync(path.join(d, f)).mtimeMs}`).join();
     const stamps: string[] = [];
     for (let i = 0; i < 3; i++) {
@@ -183,8 +246,7 @@ describe('V8 code cache (src/launcher.ts)', () => {
 
   it('a cache that V8 rejects is replaced; a corrupt one changes nothing of the output', () => {
     const d = mkdtempSync(path.join(dir, 'reject-'));
-    const b = path.join(d, 'vram-preflight.cjs');
-    copyFileSync(bundle, b);
+    const b = copyBundle(d);
     spawnSync(process.execPath, [b, '--version'], { env });
     const [name] = caches(d);
     const file = path.join(d, name!);
@@ -197,8 +259,7 @@ describe('V8 code cache (src/launcher.ts)', () => {
 
   it('a read-only directory: nothing written, nothing said', () => {
     const d = mkdtempSync(path.join(dir, 'ro-'));
-    const b = path.join(d, 'vram-preflight.cjs');
-    copyFileSync(bundle, b);
+    const b = copyBundle(d);
     // Root ignores directory modes: as root, make the directory a read-only mount in a namespace of its own.
     const asRoot = process.getuid?.() === 0;
     if (!asRoot) chmodSync(d, 0o555);
@@ -213,8 +274,7 @@ describe('V8 code cache (src/launcher.ts)', () => {
 
   it('NODE_DISABLE_COMPILE_CACHE=1: neither read nor written', () => {
     const d = mkdtempSync(path.join(dir, 'off-'));
-    const b = path.join(d, 'vram-preflight.cjs');
-    copyFileSync(bundle, b);
+    const b = copyBundle(d);
     const r = spawnSync(process.execPath, [b], { input: vllm, env: { ...env, NODE_DISABLE_COMPILE_CACHE: '1' }, encoding: 'utf8' });
     expect(r.stdout).toBe(vllmExpected);
     expect(caches(d)).toHaveLength(0);
@@ -222,11 +282,56 @@ describe('V8 code cache (src/launcher.ts)', () => {
 
   it('node flags of its own (NODE_OPTIONS) get a cache of their own', () => {
     const d = mkdtempSync(path.join(dir, 'flags-'));
-    const b = path.join(d, 'vram-preflight.cjs');
-    copyFileSync(bundle, b);
+    const b = copyBundle(d);
     spawnSync(process.execPath, [b, '--version'], { env });
     spawnSync(process.execPath, [b, '--version'], { env: { ...env, NODE_OPTIONS: '--max-old-space-size=512' } });
     expect(caches(d)).toHaveLength(2);
+  });
+});
+
+describe('stdin: ASCII read as text piece by piece, anything else as UTF-8 bytes (src/bin.ts)', () => {
+  // More than one piece of src/bin.ts (1 MiB), so that the first pieces are ASCII.
+  const big = generate(600);
+  const run = (input: Buffer, how: 'pipe' | 'file') => {
+    if (how === 'pipe') return spawnSync(process.execPath, [bundle], { input, env, maxBuffer: 1 << 28 });
+    const file = path.join(dir, 'stdin.yaml');
+    writeFileSync(file, input);
+    return spawnSync('/bin/sh', ['-c', '"$NODE" "$BUNDLE" < "$FILE"'], { env: { ...env, NODE: process.execPath, BUNDLE: bundle, FILE: file }, maxBuffer: 1 << 28 });
+  };
+
+  it.each(['pipe', 'file'] as const)('%s: UTF-8 after the first MiB, and a BOM, come out as the source CLI writes them', async (how) => {
+    expect(big.length).toBeGreaterThan(3 << 20);
+    for (const text of [`${big}# Grüße, 模型 ✓\n`, `\ufeff${big}`, `${big.slice(0, 1 << 20)}# é\n${big.slice(1 << 20)}`]) {
+      const input = Buffer.from(text, 'utf8');
+      const expected = await runCli([], input);
+      const r = run(input, how);
+      expect(r.stderr.toString()).toBe(expected.stderr);
+      expect(r.status).toBe(expected.code);
+      expect(r.stdout.equals(Buffer.from(expected.stdout, 'utf8'))).toBe(true);
+    }
+  });
+
+  it.each(['pipe', 'file'] as const)('%s: bytes that are not UTF-8 after the first MiB: BAD_ENCODING, nothing on stdout', (how) => {
+    const input = Buffer.concat([Buffer.from(big.slice(0, (1 << 20) + 5)), Buffer.from([0xff, 0xfe]), Buffer.from(big.slice((1 << 20) + 5))]);
+    const r = run(input, how);
+    expect(r.status).toBe(1);
+    expect(r.stdout.length).toBe(0);
+    expect(r.stderr.toString()).toContain('BAD_ENCODING');
+  });
+
+  it.each(['pipe', 'file'] as const)('%s: ASCII input of several pieces: the output of the source CLI, byte for byte', async (how) => {
+    const input = Buffer.from(big);
+    const expected = await runCli([], input);
+    const r = run(input, how);
+    expect(r.status).toBe(0);
+    expect(r.stdout.equals(Buffer.from(expected.stdout, 'utf8'))).toBe(true);
+  });
+
+  it('empty stdin: exit 0, nothing written', () => {
+    const r = run(Buffer.alloc(0), 'pipe');
+    expect(r.status).toBe(0);
+    expect(r.stdout.length).toBe(0);
+    expect(r.stderr.toString()).toBe('');
   });
 });
 

@@ -152,6 +152,9 @@ export function binDirWithBundle(bundle: string): string {
   const exe = path.join(dir, 'vram-preflight');
   copyFileSync(bundle, exe);
   chmodSync(exe, 0o755);
+  // The application the launcher loads, under the name the build gave it (not the launcher's new name).
+  const app = path.basename(bundle).replace(/\.c?js$/, '.app.js');
+  copyFileSync(path.join(path.dirname(bundle), app), path.join(dir, app));
   return dir;
 }
 

@@ -43,12 +43,13 @@ describe('plugin.yaml', () => {
 });
 
 describe('bundle', () => {
-  it('is one executable file with a node shebang that runs with no node_modules around it', () => {
+  it('is an executable launcher with a node shebang and its application, which run with no node_modules around them, the launcher renamed', () => {
     const alone = path.join(tempDir('alone'), 'vram-preflight');
     copyFileSync(art.bundle, alone);
+    copyFileSync(path.join(art.dist, 'vram-preflight.app.js'), path.join(path.dirname(alone), 'vram-preflight.app.js'));
     expect(readFileSync(art.bundle, 'utf8').startsWith('#!/usr/bin/env node\n')).toBe(true);
     expect(statSync(art.bundle).mode & 0o111).toBe(0o111);
-    const text = readFileSync(art.bundle, 'utf8');
+    const text = readFileSync(art.bundle, 'utf8') + readFileSync(path.join(art.dist, 'vram-preflight.app.js'), 'utf8');
     expect(text).not.toMatch(/require\(["'](yaml|ajv)["']\)/);
 
     const env = { PATH: process.env.PATH, HOME: path.dirname(alone) };
@@ -84,6 +85,9 @@ describe('packaged plugin', () => {
     const bin = path.join(art.pluginDir, 'dist/vram-preflight.cjs');
     expect(readFileSync(bin).equals(readFileSync(art.bundle))).toBe(true);
     expect(statSync(bin).mode & 0o755).toBe(0o755);
+    const app = path.join(art.pluginDir, 'dist/vram-preflight.app.js');
+    expect(readFileSync(app).equals(readFileSync(path.join(art.dist, 'vram-preflight.app.js')))).toBe(true);
+    expect(statSync(app).mode & 0o777).toBe(0o644);
   });
 
   it('the .tgz is named and laid out like `helm plugin package` output: <name>-<version>.tgz, all under <name>/, plain files and dirs only', () => {
@@ -93,9 +97,10 @@ describe('packaged plugin', () => {
     expect(entries.every((e) => e.name === 'vram-preflight' || e.name.startsWith('vram-preflight/'))).toBe(true);
     expect(entries.every((e) => e.type === '0' || e.type === '5')).toBe(true);
     expect(entries.map((e) => e.name)).toEqual(
-      expect.arrayContaining(['vram-preflight/plugin.yaml', 'vram-preflight/bin/node-version-guard.cjs', 'vram-preflight/dist/vram-preflight.cjs']),
+      expect.arrayContaining(['vram-preflight/plugin.yaml', 'vram-preflight/bin/node-version-guard.cjs', 'vram-preflight/dist/vram-preflight.cjs', 'vram-preflight/dist/vram-preflight.app.js']),
     );
     expect(entries.find((e) => e.name === 'vram-preflight/dist/vram-preflight.cjs')!.mode).toBe(0o755);
+    expect(entries.find((e) => e.name === 'vram-preflight/dist/vram-preflight.app.js')!.mode).toBe(0o644);
   });
 
   it('is reproducible: packaging again gives the same bytes', () => {
@@ -118,15 +123,16 @@ describe('packaged plugin', () => {
 
   it('the npm package layout (package.json "files") is itself a Helm 4 plugin directory', () => {
     const pkg = JSON.parse(readFileSync(path.join(ROOT, 'package.json'), 'utf8')) as { files: string[]; bin: Record<string, string> };
-    expect(pkg.files).toEqual(expect.arrayContaining(['plugin.yaml', 'bin/node-version-guard.cjs', 'dist/vram-preflight.cjs']));
+    expect(pkg.files).toEqual(expect.arrayContaining(['plugin.yaml', 'bin/node-version-guard.cjs', 'dist/vram-preflight.cjs', 'dist/vram-preflight.app.js']));
     expect(pkg.bin['vram-preflight']).toBe('dist/vram-preflight.cjs');
-    // What `npm install -g` puts in $(npm root -g)/vram-preflight, reduced to the three files that matter here.
+    // What `npm install -g` puts in $(npm root -g)/vram-preflight, reduced to the four files that matter here.
     const installed = path.join(tempDir('npm-root'), 'vram-preflight');
     mkdirSync(path.join(installed, 'dist'), { recursive: true });
     mkdirSync(path.join(installed, 'bin'), { recursive: true });
     copyFileSync(path.join(ROOT, 'plugin.yaml'), path.join(installed, 'plugin.yaml'));
     copyFileSync(path.join(ROOT, 'bin/node-version-guard.cjs'), path.join(installed, 'bin/node-version-guard.cjs'));
     copyFileSync(art.bundle, path.join(installed, 'dist/vram-preflight.cjs'));
+    copyFileSync(path.join(art.dist, 'vram-preflight.app.js'), path.join(installed, 'dist/vram-preflight.app.js'));
     const env = helmEnv();
     helmOk(4, ['plugin', 'install', installed], env);
     const out = helmOk(4, ['template', 'r', path.join(ROOT, 'test/charts/inference-zoo'), '--post-renderer', 'vram-preflight', '--show-only', 'templates/vllm-args.yaml'], env);

@@ -192,12 +192,14 @@ describe('npm run release', () => {
     const names = entries.map((e) => e.name.replace(/^package\//, '')).sort();
     const docs = readdirSync(path.join(ROOT, 'docs')).map((d) => `docs/${d}`);
     expect(names).toEqual(
-      ['README.md', 'bin/node-version-guard.cjs', 'dist/vram-preflight.cjs', 'package.json', 'plugin.yaml', 'src/config.schema.json', ...docs].sort(),
+      ['README.md', 'bin/node-version-guard.cjs', 'dist/vram-preflight.app.js', 'dist/vram-preflight.cjs', 'package.json', 'plugin.yaml', 'src/config.schema.json', ...docs].sort(),
     );
     const pluginBundle = tarEntries(path.join(out1, ARCHIVE)).find((e) => e.name === 'vram-preflight/dist/vram-preflight.cjs')!;
     const npmBundle = entries.find((e) => e.name === 'package/dist/vram-preflight.cjs')!;
     expect(npmBundle.data.equals(pluginBundle.data)).toBe(true);
     expect(npmBundle.mode & 0o111).toBe(0o111);
+    const pluginApp = tarEntries(path.join(out1, ARCHIVE)).find((e) => e.name === 'vram-preflight/dist/vram-preflight.app.js')!;
+    expect(entries.find((e) => e.name === 'package/dist/vram-preflight.app.js')!.data.equals(pluginApp.data)).toBe(true);
   });
 
   it('the unpacked npm package is a Helm 4 plugin directory (what `helm plugin install "$(npm root -g)/vram-preflight"` sees)', () => {
@@ -212,13 +214,15 @@ describe('npm run release', () => {
     const entries = tarEntries(path.join(out1, ARGO_TGZ));
     const files = entries.filter((e) => e.type === '0');
     const committed = runOk('git', ['ls-files', 'deploy/argocd']).trim().split('\n').sort();
-    expect(files.map((e) => e.name).sort()).toEqual([...committed, 'dist/vram-preflight.cjs'].sort());
+    expect(files.map((e) => e.name).sort()).toEqual([...committed, 'dist/vram-preflight.cjs', 'dist/vram-preflight.app.js'].sort());
     for (const e of files.filter((f) => f.name.startsWith('deploy/'))) {
       expect(e.data.equals(readFileSync(path.join(ROOT, e.name))), e.name).toBe(true);
     }
     expect(files.find((e) => e.name === 'deploy/argocd/generate.sh')!.mode).toBe(0o755);
     const pluginBundle = tarEntries(path.join(out1, ARCHIVE)).find((e) => e.name === 'vram-preflight/dist/vram-preflight.cjs')!;
     expect(files.find((e) => e.name === 'dist/vram-preflight.cjs')!.data.equals(pluginBundle.data)).toBe(true);
+    const pluginApp = tarEntries(path.join(out1, ARCHIVE)).find((e) => e.name === 'vram-preflight/dist/vram-preflight.app.js')!;
+    expect(files.find((e) => e.name === 'dist/vram-preflight.app.js')!.data.equals(pluginApp.data)).toBe(true);
     expect(entries.every((e) => e.uid === 0 && e.gid === 0)).toBe(true);
     const dockerfile = files.find((e) => e.name === 'deploy/argocd/Dockerfile')!.data.toString('utf8');
     expect(dockerfile).toMatch(/^FROM \$\{NODE_IMAGE\} AS bundle-prebuilt\nWORKDIR \/src\nCOPY dist\/ \.\/dist\/$/m);
