@@ -19,8 +19,6 @@
 //   node scripts/build.mjs --outfile FILE  build elsewhere (the e2e tests build
 //                                          into temp dirs so they never race dist/);
 //                                          the application goes next to FILE
-//   node scripts/build.mjs --no-tiering-cap  without the launcher's cap on V8's
-//                                          tiers (for measurements; src/launcher.ts)
 import { build } from 'esbuild';
 import { createHash } from 'node:crypto';
 import { chmodSync, mkdirSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
@@ -109,7 +107,7 @@ async function buildApp() {
   return result;
 }
 
-async function buildLauncher({ tieringCap }) {
+async function buildLauncher() {
   const result = await build({
     absWorkingDir: root,
     entryPoints: [launcherEntry],
@@ -121,7 +119,6 @@ async function buildLauncher({ tieringCap }) {
     format: 'cjs',
     minify: true,
     legalComments: 'none',
-    define: { __VRAM_PREFLIGHT_TIERING_CAP__: String(tieringCap) },
     metafile: true,
     logLevel: 'silent',
   });
@@ -133,12 +130,12 @@ export function appFileName(launcherName) {
   return `${launcherName.replace(/\.c?js$/, '')}.app.js`;
 }
 
-export async function buildBundle({ outfile = defaultOutfile, quiet = false, analyze = false, tieringCap = true } = {}) {
+export async function buildBundle({ outfile = defaultOutfile, quiet = false, analyze = false } = {}) {
   outfile = path.resolve(outfile);
   const appName = appFileName(path.basename(outfile));
   const appfile = path.join(path.dirname(outfile), appName);
   mkdirSync(path.dirname(outfile), { recursive: true });
-  const [result, launcher] = await Promise.all([buildApp(), buildLauncher({ tieringCap })]);
+  const [result, launcher] = await Promise.all([buildApp(), buildLauncher()]);
   const app = result.outputFiles[0].text.replace(/^#![^\n]*\n/, '');
   // Wrapped as Node wraps a CommonJS module; the launcher calls it.
   const source = `(function (exports, require, module, __filename, __dirname) {${app}\n})`;
@@ -205,7 +202,7 @@ export async function buildBundle({ outfile = defaultOutfile, quiet = false, ana
 }
 
 if (process.argv[1] && path.resolve(process.argv[1]) === fileURLToPath(import.meta.url)) {
-  buildBundle({ outfile: argValue('--outfile') ?? defaultOutfile, analyze: process.argv.includes('--analyze'), tieringCap: !process.argv.includes('--no-tiering-cap') }).catch((err) => {
+  buildBundle({ outfile: argValue('--outfile') ?? defaultOutfile, analyze: process.argv.includes('--analyze') }).catch((err) => {
     process.stderr.write(`build: ${err.message ?? err}\n`);
     if (err.errors) for (const e of err.errors) process.stderr.write(`  ${e.text}${e.location ? ` (${e.location.file}:${e.location.line})` : ''}\n`);
     process.exit(1);

@@ -226,24 +226,9 @@ async function readRest(head: Buffer): Promise<Buffer> {
   return Buffer.concat(parts);
 }
 
-/** Input size from which V8's optimising tier pays for itself (see src/launcher.ts). */
-const OPTIMISE_FROM_BYTES = 1 << 20;
-
-/**
- * A short run that will parse something (the pre-filter only parses documents
- * that mention vLLM): no optimising compiler, whose background work would
- * cost more CPU time than it saves. A performance hint only.
- */
-function capTieringFor<T extends string | Buffer>(input: T): T {
-  if (input.length < OPTIMISE_FROM_BYTES && /vllm/i.test(typeof input === 'string' ? input : input.toString('latin1'))) {
-    (globalThis as Record<symbol, (() => void) | undefined>)[Symbol.for('vram-preflight.cap-tiering')]?.();
-  }
-  return input;
-}
-
 main(process.argv.slice(2), {
   stdin: (async function* () {
-    yield capTieringFor(await readStdin());
+    yield await readStdin();
   })(),
   stdout,
   stderr,

@@ -43,13 +43,11 @@
  * NODE_DISABLE_COMPILE_CACHE=1 (Node's own switch for its compile cache) turns
  * the cache off: neither read nor written.
  *
- * Tiering: a run of ~100 ms gains nothing from TurboFan, whose background
- * compilation of the YAML lexer costs more CPU time than it saves (more so
- * with a code cache, which lets it inline more). So the app asks the launcher
- * to cap V8's tiers at Sparkplug (`--max-opt=1`) when its input is small but
- * has something to parse (src/bin.ts). Not done when the user chose tiering
- * flags, and not in a run that writes the cache (which must record the flags
- * V8 sees at the next run's start).
+ * No V8 flags are set at run time: 0.2.0 capped tiering (`--max-opt=1`) to
+ * keep TurboFan off the yaml lexer in short runs, which cost ~5 ms of loading
+ * node:v8 (and Node's stream modules with it). Since the fast parse path
+ * (src/yaml-fast.ts) a short run optimises nothing, and the cap only cost
+ * (docs/benchmarks.md).
  */
 import { accessSync, closeSync, constants, fstatSync, openSync, readSync, renameSync, unlinkSync, writeFileSync, writeSync } from 'node:fs';
 import { basename, dirname, join } from 'node:path';
@@ -58,8 +56,6 @@ import { Script } from 'node:vm';
 /** The application's file name, next to this file (scripts/build.mjs). */
 declare const __vram_preflight_app: string;
 declare const __vram_preflight_hash: string;
-/** Build-time switch (scripts/build.mjs --no-tiering-cap), for measurements. */
-declare const __VRAM_PREFLIGHT_TIERING_CAP__: boolean;
 
 type AppFunction = (exports: unknown, require: NodeRequire, module: NodeModule, filename: string, dirname: string) => void;
 
@@ -79,20 +75,6 @@ function fnv1a(text: string): string {
   return (h >>> 0).toString(16).padStart(8, '0');
 }
 
-const userTiering = /--(no-)?(opt|max-opt|jitless|sparkplug|maglev|turbofan|always-opt)\b/.test(nodeFlags);
-let setFlags: ((flags: string) => void) | undefined;
-let write = false;
-// Called by the app once it knows the run is short but will parse (src/bin.ts).
-// Not before: loading node:v8 costs ~5 ms. Never in a run that writes the
-// cache: V8 records the flags in it and rejects it when they differ from
-// those it sees at the next run's compile (and on Node 20 setting a flag back
-// to its default does not make them equal again).
-(globalThis as Record<symbol, unknown>)[Symbol.for('vram-preflight.cap-tiering')] = () => {
-  if (!__VRAM_PREFLIGHT_TIERING_CAP__ || userTiering || setFlags || write) return;
-  // eslint-disable-next-line @typescript-eslint/no-require-imports
-  setFlags = (require('node:v8') as typeof import('node:v8')).setFlagsFromString;
-  setFlags('--max-opt=1');
-};
 
 /** One line on stderr and exit code 1: the installation is incomplete; nothing else has happened yet. */
 function stop(problem: string): never {
@@ -167,7 +149,7 @@ if (cache !== undefined) {
   }
 }
 const script = new Script(source, { filename: appFile, cachedData });
-write = enabled && (cachedData === undefined || script.cachedDataRejected === true);
+const write = enabled && (cachedData === undefined || script.cachedDataRejected === true);
 cachedData = undefined;
 (script.runInThisContext() as AppFunction).call(module.exports, module.exports, require, module, file, dir);
 

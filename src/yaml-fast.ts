@@ -202,10 +202,6 @@ class Reader {
     this.backslashes = new Finder(text, '\\');
   }
 
-  private code(at: number): number {
-    return this.text.charCodeAt(at);
-  }
-
   /** Offset of the newline ending the line that holds `at`, or the text's length. */
   private lineEnd(at: number): number {
     const newline = this.text.indexOf('\n', at);
@@ -226,13 +222,10 @@ class Reader {
     return SPACES.lastIndex;
   }
 
-  private isLineEnd(at: number): boolean {
-    return at >= this.text.length || this.code(at) === NEWLINE;
-  }
-
   /** True at the end of the line or at a space, the end of the text: what may follow a `:` or `-` indicator. */
   private isBreakOrSpace(at: number): boolean {
-    return this.isLineEnd(at) || this.code(at) === SPACE;
+    const c = this.text.charCodeAt(at);
+    return c === SPACE || c === NEWLINE || at >= this.text.length;
   }
 
   /**
@@ -245,11 +238,11 @@ class Reader {
     let at = lineStart;
     while (at < this.text.length) {
       const first = this.skipSpaces(at);
-      if (this.isLineEnd(first)) {
+      if ((first >= this.text.length || this.text.charCodeAt(first) === NEWLINE)) {
         at = first + 1;
         continue;
       }
-      const c = this.code(first);
+      const c = this.text.charCodeAt(first);
       if (c === HASH) throw GIVE_UP;
       if (first === at && (c === DASH || c === 0x2e) && (this.text.startsWith('---', at) || this.text.startsWith('...', at))) throw GIVE_UP;
       this.contentLine = at;
@@ -261,8 +254,8 @@ class Reader {
   /** After a value on its line: spaces, an optional comment, the line's end. Returns the next line's start. */
   private endOfValueLine(at: number): number {
     const next = this.skipSpaces(at);
-    if (this.isLineEnd(next)) return next >= this.text.length ? next : next + 1;
-    if (this.code(next) === HASH && next > at) return this.nextLine(next);
+    if ((next >= this.text.length || this.text.charCodeAt(next) === NEWLINE)) return next >= this.text.length ? next : next + 1;
+    if (this.text.charCodeAt(next) === HASH && next > at) return this.nextLine(next);
     throw GIVE_UP;
   }
 
@@ -275,17 +268,17 @@ class Reader {
     for (;;) {
       if (at >= text.length) throw GIVE_UP; // no content: yaml's empty document
       const first = this.skipSpaces(at);
-      if (this.isLineEnd(first) || this.code(first) === HASH) {
+      if ((first >= this.text.length || this.text.charCodeAt(first) === NEWLINE) || this.text.charCodeAt(first) === HASH) {
         at = this.nextLine(first);
         continue;
       }
       if (first === at && text.startsWith('---', at)) {
-        if (marker !== -1 || this.code(at + 3) !== NEWLINE) throw GIVE_UP;
+        if (marker !== -1 || this.text.charCodeAt(at + 3) !== NEWLINE) throw GIVE_UP;
         marker = at;
         at += 4;
         continue;
       }
-      if (first === at && (this.code(at) === 0x25 || text.startsWith('...', at))) throw GIVE_UP;
+      if (first === at && (this.text.charCodeAt(at) === 0x25 || text.startsWith('...', at))) throw GIVE_UP;
       break;
     }
     const start = this.skipSpaces(at);
@@ -293,7 +286,7 @@ class Reader {
     if (this.nextContent(this.next) !== -1) throw GIVE_UP;
     const end = node.range![2];
     // An empty value last leaves its line's end outside every node, where yaml's document range differs: rare, handed over.
-    if (end < text.length && this.code(end - 1) !== NEWLINE) throw GIVE_UP;
+    if (end < text.length && this.text.charCodeAt(end - 1) !== NEWLINE) throw GIVE_UP;
     return {
       contents: node,
       // yaml's document starts at its `---`, else at the line of its content.
@@ -304,7 +297,7 @@ class Reader {
   }
 
   private isSeqItem(at: number): boolean {
-    return this.code(at) === DASH && this.isBreakOrSpace(at + 1);
+    return this.text.charCodeAt(at) === DASH && this.isBreakOrSpace(at + 1);
   }
 
   /** A block node starting at `start` (the first content of a line, `indent` spaces in). */
@@ -343,7 +336,7 @@ class Reader {
   /** The value after a key's `:` (at `at`), in a mapping `indent` spaces in. */
   private pairValue(at: number, indent: number): Node {
     const start = this.skipSpaces(at);
-    if (!this.isLineEnd(start)) return this.inlineValue(start, indent);
+    if (!(start >= this.text.length || this.text.charCodeAt(start) === NEWLINE)) return this.inlineValue(start, indent);
     // Nothing on the key's line: the value is the block below, or empty.
     const lineAfter = start >= this.text.length ? start : start + 1;
     const below = this.nextContent(lineAfter);
@@ -361,7 +354,7 @@ class Reader {
 
   /** A value that starts on the current line at `start`; `indent`: that of the collection holding it. */
   private inlineValue(start: number, indent: number): Node {
-    const c = this.code(start);
+    const c = this.text.charCodeAt(start);
     if (c === DOUBLE_QUOTE || c === SINGLE_QUOTE) {
       const value = this.quoted(start);
       const end = this.scalarEnd;
@@ -372,7 +365,7 @@ class Reader {
     if (c === PIPE) return this.literal(start, indent);
     if (c === OPEN_BRACKET) return this.flowSeq(start, indent);
     if (c === OPEN_BRACE) {
-      if (this.code(start + 1) !== CLOSE_BRACE) throw GIVE_UP;
+      if (this.text.charCodeAt(start + 1) !== CLOSE_BRACE) throw GIVE_UP;
       const next = this.endOfValueLine(start + 2);
       this.noContinuation(next, indent);
       const map = newMap();
@@ -395,7 +388,7 @@ class Reader {
 
   /** A plain scalar that ends on its line: its text (its end, before trailing spaces and a comment, to `scalarEnd`). */
   private plainOnLine(start: number): string {
-    const c = this.code(start);
+    const c = this.text.charCodeAt(start);
     if (NOT_PLAIN_START.has(c) || ((c === DASH || c === 0x3f || c === COLON) && this.isBreakOrSpace(start + 1))) throw GIVE_UP;
     let end = this.lineEnd(start);
     const comment = this.comments.next(start);
@@ -413,12 +406,12 @@ class Reader {
    * holds no key there.
    */
   private key(start: number): Scalar | undefined {
-    const c = this.code(start);
+    const c = this.text.charCodeAt(start);
     if (c === DOUBLE_QUOTE || c === SINGLE_QUOTE) {
       const value = this.quoted(start);
       const end = this.scalarEnd;
-      if (this.code(end) !== COLON) {
-        if (this.code(this.skipSpaces(end)) === COLON) throw GIVE_UP;
+      if (this.text.charCodeAt(end) !== COLON) {
+        if (this.text.charCodeAt(this.skipSpaces(end)) === COLON) throw GIVE_UP;
         return undefined;
       }
       if (!this.isBreakOrSpace(end + 1)) return undefined;
@@ -455,11 +448,11 @@ class Reader {
 
   /** A quoted scalar that closes on its line: its value (the offset after the closing quote goes to `scalarEnd`). */
   private quoted(start: number): string {
-    const quote = this.code(start);
+    const quote = this.text.charCodeAt(start);
     const lineEnd = this.lineEnd(start);
     // Most quoted scalars hold no escape: one search finds the end.
     const close = this.text.indexOf(quote === SINGLE_QUOTE ? "'" : '"', start + 1);
-    if (close !== -1 && close < lineEnd && this.code(close + 1) !== SINGLE_QUOTE) {
+    if (close !== -1 && close < lineEnd && this.text.charCodeAt(close + 1) !== SINGLE_QUOTE) {
       const backslash = quote === DOUBLE_QUOTE ? this.backslashes.next(start + 1) : -1;
       if (backslash === -1 || backslash > close) {
         this.scalarEnd = close + 1;
@@ -469,11 +462,11 @@ class Reader {
     let value = '';
     let from = start + 1;
     for (let at = start + 1; at < lineEnd; at++) {
-      const ch = this.code(at);
+      const ch = this.text.charCodeAt(at);
       if (quote === SINGLE_QUOTE) {
         if (ch !== SINGLE_QUOTE) continue;
         value += this.text.slice(from, at);
-        if (this.code(at + 1) === SINGLE_QUOTE) {
+        if (this.text.charCodeAt(at + 1) === SINGLE_QUOTE) {
           value += "'";
           from = ++at + 1;
           continue;
@@ -486,7 +479,7 @@ class Reader {
         return value + this.text.slice(from, at);
       }
       if (ch === BACKSLASH) {
-        const escaped = this.code(at + 1);
+        const escaped = this.text.charCodeAt(at + 1);
         const meaning = escaped === BACKSLASH ? '\\' : escaped === DOUBLE_QUOTE ? '"' : escaped === 0x2f ? '/' : escaped === 0x6e ? '\n' : escaped === 0x74 ? '\t' : undefined;
         if (meaning === undefined) throw GIVE_UP;
         value += this.text.slice(from, at) + meaning;
@@ -501,12 +494,12 @@ class Reader {
     const seq = newSeq();
     seq.flow = true;
     let at = this.skipSpaces(start + 1);
-    if (this.code(at) === CLOSE_BRACKET) {
+    if (this.text.charCodeAt(at) === CLOSE_BRACKET) {
       at += 1;
     } else {
       for (;;) {
         const itemStart = at;
-        const c = this.code(itemStart);
+        const c = this.text.charCodeAt(itemStart);
         let item: Scalar;
         let itemEnd: number;
         if (c === DOUBLE_QUOTE || c === SINGLE_QUOTE) {
@@ -515,12 +508,12 @@ class Reader {
           item = finish(newScalar(value), value, c === DOUBLE_QUOTE ? 'QUOTE_DOUBLE' : 'QUOTE_SINGLE', itemStart, itemEnd, itemEnd);
         } else {
           // In a flow collection `-` and `?` start a plain scalar only before a character that is neither space nor flow indicator.
-          const second = this.code(itemStart + 1);
-          if (NOT_PLAIN_START.has(c) || this.isLineEnd(itemStart) || ((c === DASH || c === 0x3f) && (this.isBreakOrSpace(itemStart + 1) || second === COMMA || second === OPEN_BRACKET || second === CLOSE_BRACKET || second === OPEN_BRACE || second === CLOSE_BRACE))) throw GIVE_UP;
+          const second = this.text.charCodeAt(itemStart + 1);
+          if (NOT_PLAIN_START.has(c) || (itemStart >= this.text.length || this.text.charCodeAt(itemStart) === NEWLINE) || ((c === DASH || c === 0x3f) && (this.isBreakOrSpace(itemStart + 1) || second === COMMA || second === OPEN_BRACKET || second === CLOSE_BRACKET || second === OPEN_BRACE || second === CLOSE_BRACE))) throw GIVE_UP;
           itemEnd = itemStart;
           let p = itemStart;
-          for (; !this.isLineEnd(p); p++) {
-            const ch = this.code(p);
+          for (; !(p >= this.text.length || this.text.charCodeAt(p) === NEWLINE); p++) {
+            const ch = this.text.charCodeAt(p);
             if (ch === COMMA || ch === CLOSE_BRACKET) break;
             if (ch === COLON || ch === HASH || ch === OPEN_BRACKET || ch === OPEN_BRACE || ch === CLOSE_BRACE) throw GIVE_UP;
             if (ch !== SPACE) itemEnd = p + 1;
@@ -530,14 +523,14 @@ class Reader {
         const after = this.skipSpaces(itemEnd);
         item.range![2] = after;
         seq.items.push(item);
-        const sep = this.code(after);
+        const sep = this.text.charCodeAt(after);
         if (sep === CLOSE_BRACKET) {
           at = after + 1;
           break;
         }
         if (sep !== COMMA) throw GIVE_UP;
         at = this.skipSpaces(after + 1);
-        if (this.code(at) === CLOSE_BRACKET) throw GIVE_UP; // a trailing comma
+        if (this.text.charCodeAt(at) === CLOSE_BRACKET) throw GIVE_UP; // a trailing comma
       }
     }
     const next = this.endOfValueLine(at);
@@ -550,17 +543,17 @@ class Reader {
   private literal(start: number, indent: number): Scalar {
     const text = this.text;
     let at = start + 1;
-    const strip = this.code(at) === DASH;
+    const strip = this.text.charCodeAt(at) === DASH;
     if (strip) at++;
     const headerEnd = this.skipSpaces(at);
-    if (!this.isLineEnd(headerEnd) || headerEnd >= text.length) throw GIVE_UP;
+    if (!(headerEnd >= this.text.length || this.text.charCodeAt(headerEnd) === NEWLINE) || headerEnd >= text.length) throw GIVE_UP;
     const first = headerEnd + 1;
     // The content's indentation: that of its first non-blank line.
     let contentIndent = -1;
     let longestLeadingBlank = 0;
     for (let line = first; line < text.length; ) {
       const lineFirst = this.skipSpaces(line);
-      if (this.isLineEnd(lineFirst)) {
+      if ((lineFirst >= this.text.length || this.text.charCodeAt(lineFirst) === NEWLINE)) {
         longestLeadingBlank = Math.max(longestLeadingBlank, lineFirst - line);
         line = lineFirst + 1;
         continue;
@@ -574,7 +567,7 @@ class Reader {
     let line = first;
     while (line < text.length) {
       const lineFirst = this.skipSpaces(line);
-      if (this.isLineEnd(lineFirst)) {
+      if ((lineFirst >= this.text.length || this.text.charCodeAt(lineFirst) === NEWLINE)) {
         // More spaces than the indentation on a blank line are content yaml reads by rules not copied here.
         if (lineFirst - line > contentIndent) throw GIVE_UP;
         line = lineFirst + 1;
@@ -600,11 +593,11 @@ class Reader {
       const itemStart = this.skipSpaces(dash + 1);
       let item: Node;
       let key: Scalar | undefined;
-      if (this.isLineEnd(itemStart)) {
+      if ((itemStart >= this.text.length || this.text.charCodeAt(itemStart) === NEWLINE)) {
         const below = this.nextContent(itemStart >= this.text.length ? itemStart : itemStart + 1);
         if (below <= indent) throw GIVE_UP; // an empty item
         item = this.blockNode(this.contentLine + below, below);
-      } else if (this.isSeqItem(itemStart) || this.code(itemStart) === HASH) {
+      } else if (this.isSeqItem(itemStart) || this.text.charCodeAt(itemStart) === HASH) {
         throw GIVE_UP;
       } else if ((key = this.key(itemStart)) !== undefined) {
         // `- name: x`: a mapping whose keys sit at the first key's column.
