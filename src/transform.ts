@@ -50,7 +50,9 @@ export interface TransformInput {
  * any of these in a double-quoted escape, so it makes a document a candidate too.
  */
 function candidateTest(options: Options): (text: string) => boolean {
-  const words = ['vllm', 'vram-preflight', 'llm-d', 'huggingfaceserver', ...KNOWN_IMAGES.map((i) => i.repository), ...options.images.map((i) => i.repository)];
+  const all = ['vllm', 'vram-preflight', 'llm-d', 'huggingfaceserver', ...KNOWN_IMAGES.map((i) => i.repository), ...options.images.map((i) => i.repository)].map((w) => w.toLowerCase());
+  // A word that holds another one adds nothing to the test but time (every built-in repository names vllm, llm-d or huggingfaceserver).
+  const words = [...new Set(all)].filter((w, _, list) => !list.some((other) => other !== w && w.includes(other)));
   const mentions = new RegExp(words.map((w) => w.replace(/[\\^$.|?*+()[\]{}]/g, '\\$&')).join('|'), 'i');
   const containers = /containers['"]?\s*:/;
   // Operator resources carry no `containers` key of their own (Dynamo, KubeAI), yet explain must name them.
