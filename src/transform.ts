@@ -374,7 +374,7 @@ export function transform(stream: string, options: Options, input: TransformInpu
       }
       values.push(value);
       const ref = documentRef(lines, chunk, doc, asObject(value), index + i, i === 0 ? previous : undefined);
-      for (const dup of findDuplicateKeys(doc.contents)) {
+      for (const dup of doc.uniqueKeys ? [] : findDuplicateKeys(doc.contents)) {
         result.warnings.push(`${describeDocument(ref)}: key "${dup.key}" appears more than once in ${dup.path}; the last value is used, as Helm and kubectl do`);
       }
       const visit: DocumentVisit = { doc, value, ref, chunk, lines, nl: lineEnding(chunk.text), options, sources, claims, result, edits: [], wanted };

@@ -38,7 +38,8 @@ export function firstDifference(a: unknown, b: unknown): (string | number)[] | u
   // One path, grown and shrunk as the walk goes: copied only when a difference is found.
   const path: (string | number)[] = [];
   const differs = (a: unknown, b: unknown): boolean => {
-    if (Object.is(a, b)) return false;
+    // Object.is, written out: in a short (interpreted) run the call boxes numbers.
+    if (a === b ? a !== 0 || 1 / (a as number) === 1 / (b as number) : a !== a && b !== b) return false;
     if (Array.isArray(a) && Array.isArray(b)) {
       if (a.length !== b.length) return true;
       for (let i = 0; i < a.length; i++) {

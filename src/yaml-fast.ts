@@ -292,6 +292,7 @@ class Reader {
       // yaml's document starts at its `---`, else at the line of its content.
       range: [marker === -1 ? at : marker, end, text.length],
       errors: [],
+      uniqueKeys: true,
       toJS: () => toJS(node),
     };
   }
@@ -311,12 +312,9 @@ class Reader {
   /** A block mapping whose first key (already read) starts at `start`. */
   private blockMap(start: number, indent: number, firstKey: Scalar): YAMLMap {
     const map = newMap();
-    const names = new Set<string>();
     let key: Scalar | undefined = firstKey;
     for (;;) {
-      const name = key.value as string;
-      if (names.has(name)) throw GIVE_UP;
-      names.add(name);
+      if (this.repeats(map, key.value as string)) throw GIVE_UP;
       const value = this.pairValue(this.afterColon, indent);
       map.items.push(newPair(key, value));
       const following = this.nextContent(this.next);
@@ -350,6 +348,13 @@ class Reader {
     if (start !== at) throw GIVE_UP; // spaces after the `:`: where yaml puts the empty node was not checked
     this.next = lineAfter;
     return finish(newScalar(null), '', 'PLAIN', at, at, at);
+  }
+
+  /** `name` is a key of `map` already. Mappings are small: a scan, not a Set per mapping (garbage in a short run). */
+  private repeats(map: YAMLMap<Scalar, unknown>, name: string): boolean {
+    const items = map.items;
+    for (let i = 0; i < items.length; i++) if (items[i]!.key.value === name) return true;
+    return false;
   }
 
   /** A value that starts on the current line at `start`; `indent`: that of the collection holding it. */

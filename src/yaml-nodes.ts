@@ -16,6 +16,8 @@ export interface ParsedDocument {
   contents: unknown;
   range?: readonly [number, number, number];
   errors: readonly { message: string; pos: readonly [number, number] }[];
+  /** No mapping repeats a key (the fast path reads no other document): no need to look for duplicates. */
+  uniqueKeys?: boolean;
   toJS(): unknown;
 }
 
