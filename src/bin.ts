@@ -141,56 +141,42 @@ const WHY: Record<string, string> = {
  * once more, and every page first touched costs). From 1,031,913 bytes on,
  * Node makes a piece's string an external one (a malloc'd copy outside V8's
  * heap, which no scavenge copies or counts); heap-allocated pieces would
- * trigger scavenges while the rest is read and be promoted. Either way only a
- * full GC frees them (collectPieces).
+ * trigger scavenges while the rest is read and be promoted.
  */
 const READ_PIECE = 1 << 20;
 
-/** Above this many pieces (2 MiB), a full GC right after the join pays (collectPieces): less peak RSS, no more CPU. */
-const COLLECT_PIECES_FROM = 2;
-
-/**
- * The pieces are garbage once joined, but external strings live in V8's old
- * generation, which only a full GC frees; V8 would start one only well into
- * the transform, holding the input twice (one more time its size of peak RSS)
- * until then. Reporting a large external allocation makes V8 start that GC
- * now: an ArrayBuffer that is never touched (calloc'd, so it takes no memory)
- * and dropped at once. A hint only: a refused allocation changes nothing.
- */
-function collectPieces(): void {
-  try {
-    void new ArrayBuffer(1 << 28);
-  } catch {
-    // no room even for the address space: the pieces go at V8's next full GC
-  }
-}
-
 /**
  * All of stdin, read synchronously. ASCII input (almost every render) comes
- * back as text: each piece decoded as latin1, which is exact for ASCII and
- * skips UTF-8 validation and decoding, then joined once. Anything else comes
- * back as bytes, for the CLI to check and decode as UTF-8. A non-blocking
- * stdin (EAGAIN) continues through process.stdin.
+ * back as text, in pieces that each end a line (src/stream.ts splits the
+ * stream across them; joining them would cost as much as reading): each
+ * piece decoded as latin1, which is exact for ASCII and skips UTF-8
+ * validation and decoding. Anything else comes back as bytes, for the CLI to
+ * check and decode as UTF-8. A non-blocking stdin (EAGAIN) continues through
+ * process.stdin.
  */
-function readStdin(): string | Buffer | Promise<Buffer> {
+function readStdin(): string[] | Buffer | Promise<Buffer> {
   const buffer = Buffer.allocUnsafe(READ_PIECE);
   let text: string[] | undefined = [];
   let bytes: Buffer[] = [];
   let length = 0;
-  const take = (): void => {
+  // `full`: the buffer is full and more may come. A text piece then ends after its last newline; the rest begins the next.
+  const take = (full: boolean): void => {
     if (length === 0) return;
-    const piece = buffer.subarray(0, length);
-    length = 0;
-    if (text !== undefined && isAscii(piece)) {
-      text.push(piece.toString('latin1'));
-      return;
-    }
     if (text !== undefined) {
+      const newline = full ? buffer.lastIndexOf(0x0a, length - 1) : -1;
+      const end = newline === -1 ? length : newline + 1;
+      const piece = buffer.subarray(0, end);
+      if (isAscii(piece)) {
+        text.push(piece.toString('latin1'));
+        length = buffer.copy(buffer, 0, end, length);
+        return;
+      }
       // Not ASCII: from here on bytes, the text so far back to the bytes it was read from.
       if (text.length > 0) bytes.push(Buffer.from(text.join(''), 'latin1'));
       text = undefined;
     }
-    bytes.push(Buffer.from(piece));
+    bytes.push(Buffer.from(buffer.subarray(0, length)));
+    length = 0;
   };
   for (;;) {
     let n: number;
@@ -199,7 +185,7 @@ function readStdin(): string | Buffer | Promise<Buffer> {
     } catch (error) {
       const code = (error as NodeJS.ErrnoException).code;
       if (code === 'EAGAIN') {
-        take();
+        take(false);
         return readRest(text === undefined ? Buffer.concat(bytes) : Buffer.from(text.join(''), 'latin1'));
       }
       if (code === 'EOF') break;
@@ -207,14 +193,10 @@ function readStdin(): string | Buffer | Promise<Buffer> {
     }
     if (n === 0) break;
     length += n;
-    if (length === buffer.length) take();
+    if (length === buffer.length) take(true);
   }
-  take();
-  if (text !== undefined) {
-    const all = text.length === 1 ? text[0]! : text.join('');
-    if (text.length > COLLECT_PIECES_FROM) collectPieces();
-    return all;
-  }
+  take(false);
+  if (text !== undefined) return text;
   const all = bytes.length === 1 ? bytes[0]! : Buffer.concat(bytes);
   bytes = [];
   return all;
@@ -228,7 +210,9 @@ async function readRest(head: Buffer): Promise<Buffer> {
 
 main(process.argv.slice(2), {
   stdin: (async function* () {
-    yield await readStdin();
+    const read = await readStdin();
+    if (Array.isArray(read)) yield* read;
+    else yield read;
   })(),
   stdout,
   stderr,

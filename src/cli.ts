@@ -23,6 +23,7 @@ import { renderExplanation } from './explain.js';
 import { renderReport } from './report.js';
 import { checkPreflightOptions } from './preflight.js';
 import type { ImageStartAnswer, LookupFailure, RegistryOptions } from './registry/index.js';
+import type { StreamText } from './stream.js';
 import { transform, type TransformResult } from './transform.js';
 import { VERSION } from './version.js';
 
@@ -152,14 +153,16 @@ function resolveOptions(args: ParsedArgs, io: CliIO): Options {
   return options;
 }
 
-async function readAll(stdin: AsyncIterable<Uint8Array | string>): Promise<string> {
+async function readAll(stdin: AsyncIterable<Uint8Array | string>): Promise<StreamText> {
   const given: (Uint8Array | string)[] = [];
   for await (const part of stdin) given.push(part);
-  // Text as one string is taken as it is (src/bin.ts decodes ASCII input
-  // itself): no copy back to bytes and out again. Unless it has a lone
-  // surrogate, which its UTF-8 bytes would turn into U+FFFD.
-  const text = given[0];
-  if (given.length === 1 && typeof text === 'string' && (text as string & { isWellFormed(): boolean }).isWellFormed()) return text;
+  // Text is taken as it is, in the pieces it came in (src/bin.ts decodes
+  // ASCII input itself, piece by piece): no copy back to bytes and out again,
+  // no join. Unless a piece has a lone surrogate, which its UTF-8 bytes would
+  // turn into U+FFFD.
+  if (given.length > 0 && given.every((part) => typeof part === 'string' && (part as string & { isWellFormed(): boolean }).isWellFormed())) {
+    return given.length === 1 ? (given[0] as string) : (given as string[]);
+  }
   const parts = given.map((part) => (typeof part === 'string' ? Buffer.from(part, 'utf8') : part));
   given.length = 0;
   const only = parts[0];
@@ -224,7 +227,7 @@ async function resolveImages(images: readonly string[], options: Options, io: Cl
  * The transform, and once more with registry answers when it found images
  * only their registry can place (the lookup is I/O, so it stays out here).
  */
-async function transformWithLookups(input: string, options: Options, io: CliIO): Promise<TransformResult> {
+async function transformWithLookups(input: StreamText, options: Options, io: CliIO): Promise<TransformResult> {
   const first = transform(input, options);
   if (first.wantedImages.length === 0 || options.registryLookup === 'never' || !io.lookupImageStarts) return first;
   const answers = await io.lookupImageStarts(first.wantedImages, registryOptions(options, io.env));

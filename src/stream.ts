@@ -15,7 +15,42 @@ export interface Chunk {
   offset: number;
 }
 
-export function splitStream(stream: string): Chunk[] {
+/**
+ * The stream as read: one string, or the pieces it was read in. src/bin.ts
+ * hands a large input over in pieces, never joined: joining 50 MB costs as
+ * much CPU time as reading it, and holds the input twice.
+ */
+export type StreamText = string | readonly string[];
+
+/**
+ * Pieces that each end a line (but the last): a document marker can then
+ * never straddle two of them. Pieces that end mid-line are joined with the
+ * next (src/bin.ts cuts its pieces after a newline, so they never are).
+ */
+function linePieces(pieces: readonly string[]): string[] {
+  const out: string[] = [];
+  let pending = '';
+  for (const piece of pieces) {
+    pending = pending === '' ? piece : pending + piece;
+    if (pending.endsWith('\n')) {
+      out.push(pending);
+      pending = '';
+    }
+  }
+  if (pending !== '' || out.length === 0) out.push(pending);
+  return out;
+}
+
+/** A document starts at `at` (a line start) of `text`: `---` and then a space, a tab, a line end or the end of the stream. */
+function startsDocument(text: string, at: number, last: boolean): boolean {
+  if (!text.startsWith('---', at)) return false;
+  const after = text.charCodeAt(at + 3);
+  // NaN: the piece ends right after `---`; only the last one can (the others end a line).
+  return Number.isNaN(after) ? last : after === 0x20 || after === 0x09 || after === 0x0d || after === 0x0a;
+}
+
+export function splitStream(stream: StreamText): Chunk[] {
+  if (typeof stream !== 'string') return stream.length === 1 ? splitStream(stream[0]!) : splitPieces(linePieces(stream));
   const chunks: Chunk[] = [];
   let chunkStart = 0;
   for (let at = stream.indexOf('\n---'); at !== -1; at = stream.indexOf('\n---', at + 1)) {
@@ -27,6 +62,34 @@ export function splitStream(stream: string): Chunk[] {
     chunkStart = lineStart;
   }
   chunks.push({ text: stream.slice(chunkStart), offset: chunkStart });
+  return chunks;
+}
+
+/** splitStream over pieces that each end a line: the same chunks as over their join, only a chunk that spans pieces is joined. */
+function splitPieces(pieces: readonly string[]): Chunk[] {
+  const chunks: Chunk[] = [];
+  let open: string[] = []; // the current chunk's text in earlier pieces
+  let openOffset = 0;
+  let base = 0;
+  for (const [k, piece] of pieces.entries()) {
+    const last = k === pieces.length - 1;
+    let from = 0; // where the current chunk's text starts in this piece
+    const cut = (at: number): void => {
+      open.push(piece.slice(from, at));
+      chunks.push({ text: open.length === 1 ? open[0]! : open.join(''), offset: openOffset });
+      open = [];
+      openOffset = base + at;
+      from = at;
+    };
+    // The piece before ended a line: this one starts one.
+    if (base > 0 && startsDocument(piece, 0, last)) cut(0);
+    for (let at = piece.indexOf('\n---'); at !== -1; at = piece.indexOf('\n---', at + 1)) {
+      if (startsDocument(piece, at + 1, last)) cut(at + 1);
+    }
+    if (from < piece.length) open.push(from === 0 ? piece : piece.slice(from));
+    base += piece.length;
+  }
+  chunks.push({ text: open.length === 1 ? open[0]! : open.join(''), offset: openOffset });
   return chunks;
 }
 
@@ -44,7 +107,7 @@ export function lineEnding(text: string): '\n' | '\r\n' {
 export class LineIndex {
   private lineStarts: number[] | undefined;
 
-  constructor(private readonly text: string) {}
+  constructor(private readonly text: StreamText) {}
 
   /** 1-based line and column of `offset`. */
   position(offset: number): { line: number; col: number } {
@@ -61,7 +124,11 @@ export class LineIndex {
 
   private build(): number[] {
     const starts = [0];
-    for (let i = this.text.indexOf('\n'); i !== -1; i = this.text.indexOf('\n', i + 1)) starts.push(i + 1);
+    let base = 0;
+    for (const text of typeof this.text === 'string' ? [this.text] : this.text) {
+      for (let i = text.indexOf('\n'); i !== -1; i = text.indexOf('\n', i + 1)) starts.push(base + i + 1);
+      base += text.length;
+    }
     return starts;
   }
 }

@@ -18,7 +18,7 @@ import { emptyDeviceClaims, nvidiaGpuSignals, recordDeviceClaim, type DeviceClai
 import { KNOWN_IMAGES } from './images.js';
 import { applyEdits } from './rewrite.js';
 import type { RegistryAnswers, StartSources } from './start.js';
-import { LineIndex, lineEnding, splitStream, type Chunk } from './stream.js';
+import { LineIndex, lineEnding, splitStream, type Chunk, type StreamText } from './stream.js';
 import { formatPath, verifyEditedChunk, type IntendedStart } from './verify.js';
 import { findOperatorKind, findWorkloadKind, LIST_KIND, OPERATOR_KINDS, templatesOf, type FoundTemplate } from './workloads.js';
 import { parseDocuments } from './yaml-fast.js';
@@ -326,7 +326,7 @@ function editChunk(chunk: Chunk, values: readonly unknown[], edits: DocumentVisi
   return chunk.text;
 }
 
-export function transform(stream: string, options: Options, input: TransformInput = {}): TransformResult {
+export function transform(stream: StreamText, options: Options, input: TransformInput = {}): TransformResult {
   const pieces: string[] = [];
   let joined: string | undefined;
   const result = { pieces, containers: [], errors: [], warnings: [], wantedImages: [] } as unknown as TransformResult;

@@ -1,3 +1,4 @@
+import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 import { transform } from '../../src/transform.js';
 import { DEFAULT_OPTIONS } from '../../src/config.js';
@@ -7,7 +8,7 @@ import { nvidiaGpuSignals, emptyDeviceClaims, recordDeviceClaim } from '../../sr
 import { globMatches } from '../../src/glob.js';
 import { escapeForKubelet } from '../../src/start.js';
 import { firstDifference, verifyEditedChunk } from '../../src/verify.js';
-import { splitStream } from '../../src/stream.js';
+import { LineIndex, splitStream } from '../../src/stream.js';
 import { readUtilization } from '../../src/utilization.js';
 import { argvStartsVllm, startsVllmInBackground } from '../../src/detect.js';
 import { quoteYamlString } from '../../src/rewrite.js';
@@ -182,6 +183,20 @@ describe('stream splitting', () => {
   it('keeps CRLF and a BOM inside the chunks', () => {
     const stream = '\ufeffa: 1\r\n---\r\nb: 2\r\n';
     expect(splitStream(stream).map((c) => c.text)).toEqual(['\ufeffa: 1\r\n', '---\r\nb: 2\r\n']);
+  });
+  it('cuts a stream given in pieces exactly as the whole, wherever the pieces end (seeded)', () => {
+    const line = fc.constantFrom('---\n', '--- # c\n', '---x\n', '---', '--', '-', 'a: 1\n', 'b: |\n', '  ---\n', '\r\n', '\n', '---\r\n', '--- \n', '---\t\n', 'k: v');
+    fc.assert(
+      fc.property(fc.array(line, { maxLength: 12 }), fc.array(fc.nat(), { maxLength: 6 }), (lines, cuts) => {
+        const whole = lines.join('');
+        const at = [...new Set(cuts.map((c) => c % (whole.length + 1)))].sort((x, y) => x - y);
+        const pieces = [0, ...at].map((start, i) => whole.slice(start, [...at, whole.length][i]));
+        expect(splitStream(pieces)).toEqual(splitStream(whole));
+        const offsets = [0, Math.floor(whole.length / 2), whole.length];
+        expect(offsets.map((o) => new LineIndex(pieces).position(o))).toEqual(offsets.map((o) => new LineIndex(whole).position(o)));
+      }),
+      { numRuns: 3000, seed: 20261203 },
+    );
   });
 });
 
