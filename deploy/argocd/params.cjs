@@ -37,6 +37,7 @@ const TOOL_OPTIONS = [
   'registry-platform',
   'registry-timeout-seconds',
   'registry-insecure',
+  'fast-parse',
   'config', // a file inside the source path
 ];
 // Not offered: diagnostics-file and report-file (writes to any path of the
