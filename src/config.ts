@@ -110,8 +110,11 @@ function convert(kind: ValueKind, text: string): unknown {
 /** Options from `VRAM_PREFLIGHT_*` variables; an unknown one is an error, as a typo would otherwise be ignored. */
 export function optionsFromEnv(env: Readonly<Record<string, string | undefined>>): PartialOptions {
   const result: PartialOptions = {};
-  for (const [name, value] of Object.entries(env)) {
-    if (!name.startsWith('VRAM_PREFLIGHT_') || value === undefined || name === CONFIG_ENV) continue;
+  // Names first, values only of ours: reading process.env's values is a call into Node for each.
+  for (const name of Object.keys(env)) {
+    if (!name.startsWith('VRAM_PREFLIGHT_') || name === CONFIG_ENV) continue;
+    const value = env[name];
+    if (value === undefined) continue;
     const option = SCALAR_OPTIONS.find((o) => o.env === name);
     if (!option) {
       throw new PreflightError('BAD_OPTION', `unknown environment variable ${name}`, {

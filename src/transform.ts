@@ -54,7 +54,9 @@ function candidateTest(options: Options): (text: string) => boolean {
   // A word that holds another one adds nothing to the test but time (every built-in repository names vllm, llm-d or huggingfaceserver).
   const words = [...new Set(all)].filter((w, _, list) => !list.some((other) => other !== w && w.includes(other)));
   const mentions = new RegExp(words.map((w) => w.replace(/[\\^$.|?*+()[\]{}]/g, '\\$&')).join('|'), 'i');
-  const containers = /containers['"]?\s*:/;
+  const containersKey = /containers['"]?\s*:/;
+  // The regex only where the word is: a native search rules most documents out at once.
+  const containers = { test: (text: string) => text.includes('containers') && containersKey.test(text) };
   // Operator resources carry no `containers` key of their own (Dynamo, KubeAI), yet explain must name them.
   const operatorKind = new RegExp(`^kind:[ \\t]*['"]?(${OPERATOR_KINDS.map((k) => k.kind).join('|')})\\b`, 'm');
   return (text) => (containers.test(text) || text.includes('\\') || operatorKind.test(text)) && (mentions.test(text) || text.includes('\\'));
