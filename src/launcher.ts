@@ -51,7 +51,10 @@
  */
 import { accessSync, closeSync, constants, fstatSync, openSync, readSync, renameSync, unlinkSync, writeFileSync, writeSync } from 'node:fs';
 import { basename, dirname, join } from 'node:path';
+import { isUtf8 } from 'node:buffer';
 import { Script } from 'node:vm';
+import { mayHoldTarget } from './prefilter.js';
+import { finish, readStdin, stdout } from './process-io.js';
 
 /** The application's file name, next to this file (scripts/build.mjs). */
 declare const __vram_preflight_app: string;
@@ -115,71 +118,102 @@ function readAll(file: { fd: number; size: number }, buffer: Buffer): Buffer {
   }
 }
 
-let app: { fd: number; size: number };
-try {
-  app = open(appFile);
-} catch (error) {
-  stop(`cannot read the application ${appFile} (${(error as NodeJS.ErrnoException).code ?? String(error)}), which ${file} runs`);
-}
-let cache: { fd: number; size: number } | undefined;
-if (enabled) {
-  try {
-    cache = open(cacheFile);
-  } catch {
-    // absent or unreadable: compile cold
-  }
-}
-// One buffer for both files, the cache read over the application once that is
-// a string: every page first touched costs, and the cache is as large again.
-const buffer = Buffer.allocUnsafeSlow(Math.max(app.size, cache?.size ?? 0));
-let source: string;
-try {
-  source = readAll(app, buffer).toString('latin1');
-} catch (error) {
-  stop(`cannot read the application ${appFile} (${(error as NodeJS.ErrnoException).code ?? String(error)}), which ${file} runs`);
-}
-if (!source.startsWith(header)) stop(`${appFile} is not the application of the build of ${file}`);
+/** What this launcher read from stdin, for the application to take (src/bin.ts). */
+const STDIN_READ = Symbol.for('vram-preflight.stdin-read');
 
-let cachedData: Buffer | undefined;
-if (cache !== undefined) {
-  try {
-    cachedData = readAll(cache, buffer);
-  } catch {
-    // unreadable: compile cold
+/**
+ * Passes the input through, without loading the application, when it cannot
+ * hold anything to rewrite: no arguments, no VRAM_PREFLIGHT_* variable (no
+ * configured images, no report file), UTF-8 input that mentions none of the
+ * target words (src/prefilter.ts). The application would write the same
+ * bytes, through the same code (src/process-io.ts), and exit 0: the
+ * differential test in test/e2e/package.test.ts runs both on every fixture.
+ * Otherwise what was read goes to the application. True when done.
+ */
+function passedThrough(): boolean {
+  if (process.argv.length !== 2 || Object.keys(process.env).some((name) => name.startsWith('VRAM_PREFLIGHT_'))) return false;
+  const read = readStdin();
+  // Input that is not ASCII is decoded as the CLI decodes it (src/cli.ts), and handed over decoded; not UTF-8 is the CLI's error to report.
+  const text = Array.isArray(read) ? read : Buffer.isBuffer(read) && isUtf8(read) ? [read.toString('utf8')] : undefined;
+  if (text !== undefined && !text.some(mayHoldTarget)) {
+    for (const piece of text) stdout.write(piece);
+    finish(0);
+    return true;
   }
+  (globalThis as Record<symbol, unknown>)[STDIN_READ] = text ?? read;
+  return false;
 }
-const script = new Script(source, { filename: appFile, cachedData });
-const write = enabled && (cachedData === undefined || script.cachedDataRejected === true);
-cachedData = undefined;
-(script.runInThisContext() as AppFunction).call(module.exports, module.exports, require, module, file, dir);
 
-if (write) {
-  process.once('beforeExit', () => {
+/** Loads the application with its code cache and runs it. */
+function runApplication(): void {
+  let app: { fd: number; size: number };
+  try {
+    app = open(appFile);
+  } catch (error) {
+    stop(`cannot read the application ${appFile} (${(error as NodeJS.ErrnoException).code ?? String(error)}), which ${file} runs`);
+  }
+  let cache: { fd: number; size: number } | undefined;
+  if (enabled) {
     try {
-      accessSync(dir, constants.W_OK);
+      cache = open(cacheFile);
     } catch {
-      return;
+      // absent or unreadable: compile cold
     }
-    let warming: unknown;
+  }
+  // One buffer for both files, the cache read over the application once that is
+  // a string: every page first touched costs, and the cache is as large again.
+  const buffer = Buffer.allocUnsafeSlow(Math.max(app.size, cache?.size ?? 0));
+  let source: string;
+  try {
+    source = readAll(app, buffer).toString('latin1');
+  } catch (error) {
+    stop(`cannot read the application ${appFile} (${(error as NodeJS.ErrnoException).code ?? String(error)}), which ${file} runs`);
+  }
+  if (!source.startsWith(header)) stop(`${appFile} is not the application of the build of ${file}`);
+
+  let cachedData: Buffer | undefined;
+  if (cache !== undefined) {
     try {
-      warming = (module.exports as { warmUp?: () => Promise<unknown> }).warmUp?.();
+      cachedData = readAll(cache, buffer);
     } catch {
-      // the cache then holds less; still worth writing
+      // unreadable: compile cold
     }
-    Promise.resolve(warming)
-      .catch(() => undefined)
-      .then(() => {
-        const tmp = `${cacheFile}.${process.pid}.tmp`;
-        try {
-          writeFileSync(tmp, script.createCachedData(), { mode: 0o644 });
-          renameSync(tmp, cacheFile);
-        } catch {
+  }
+  const script = new Script(source, { filename: appFile, cachedData });
+  const write = enabled && (cachedData === undefined || script.cachedDataRejected === true);
+  cachedData = undefined;
+  (script.runInThisContext() as AppFunction).call(module.exports, module.exports, require, module, file, dir);
+
+  if (write) {
+    process.once('beforeExit', () => {
+      try {
+        accessSync(dir, constants.W_OK);
+      } catch {
+        return;
+      }
+      let warming: unknown;
+      try {
+        warming = (module.exports as { warmUp?: () => Promise<unknown> }).warmUp?.();
+      } catch {
+        // the cache then holds less; still worth writing
+      }
+      Promise.resolve(warming)
+        .catch(() => undefined)
+        .then(() => {
+          const tmp = `${cacheFile}.${process.pid}.tmp`;
           try {
-            unlinkSync(tmp);
+            writeFileSync(tmp, script.createCachedData(), { mode: 0o644 });
+            renameSync(tmp, cacheFile);
           } catch {
-            // nothing was written
+            try {
+              unlinkSync(tmp);
+            } catch {
+              // nothing was written
+            }
           }
-        }
-      });
-  });
+        });
+    });
+  }
 }
+
+if (!passedThrough()) runApplication();

@@ -21,6 +21,7 @@ import type { RegistryAnswers, StartSources } from './start.js';
 import { LineIndex, lineEnding, splitStream, type Chunk, type StreamText } from './stream.js';
 import { formatPath, verifyEditedChunk, type IntendedStart } from './verify.js';
 import { findOperatorKind, findWorkloadKind, LIST_KIND, OPERATOR_KINDS, templatesOf, type FoundTemplate } from './workloads.js';
+import { TARGET_WORDS } from './prefilter.js';
 import { parseDocuments } from './yaml-fast.js';
 import { effectiveGet, findDuplicateKeys, resolveAlias, type ParsedDocument } from './yaml-nodes.js';
 
@@ -50,7 +51,7 @@ export interface TransformInput {
  * any of these in a double-quoted escape, so it makes a document a candidate too.
  */
 function candidateTest(options: Options): (text: string) => boolean {
-  const all = ['vllm', 'vram-preflight', 'llm-d', 'huggingfaceserver', ...KNOWN_IMAGES.map((i) => i.repository), ...options.images.map((i) => i.repository)].map((w) => w.toLowerCase());
+  const all = [...TARGET_WORDS, ...KNOWN_IMAGES.map((i) => i.repository), ...options.images.map((i) => i.repository)].map((w) => w.toLowerCase());
   // A word that holds another one adds nothing to the test but time (every built-in repository names vllm, llm-d or huggingfaceserver).
   const words = [...new Set(all)].filter((w, _, list) => !list.some((other) => other !== w && w.includes(other)));
   const mentions = new RegExp(words.map((w) => w.replace(/[\\^$.|?*+()[\]{}]/g, '\\$&')).join('|'), 'i');

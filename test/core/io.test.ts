@@ -335,6 +335,53 @@ describe('stdin: ASCII read as text piece by piece, anything else as UTF-8 bytes
   });
 });
 
+describe("the launcher's pass-through: input that cannot hold a target, without loading the application", () => {
+  const inputs: [string, Buffer][] = [
+    ...readdirSync(CASES)
+      .sort()
+      .filter((name) => !existsSync(path.join(CASES, name, 'args.txt')))
+      .map((name): [string, Buffer] => [name, readFileSync(path.join(CASES, name, 'input.yaml'))]),
+    ...['vllm', 'llamacpp', 'localai'].map((name): [string, Buffer] => [name, readFileSync(path.join(REAL, `${name}.input.yaml`))]),
+    ['empty', Buffer.alloc(0)],
+    ['comments only', Buffer.from('---\n# Source: a/b.yaml\n')],
+    ['VLLM in capitals only', Buffer.from('apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: VLLM-settings\n')],
+    ['an escape that spells vllm', Buffer.from('apiVersion: v1\nkind: Pod\nmetadata:\n  name: p\nspec:\n  containers:\n  - name: m\n    image: "\\x76llm/vllm-openai:v0.11.0"\n')],
+    ['not ASCII', Buffer.from('apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: caf\u00e9\n')],
+    ['not UTF-8', Buffer.from([0x61, 0x3a, 0x20, 0xff, 0x0a])],
+    ['broken YAML without a target', Buffer.from('a: [\n')],
+    ['a generated stream of 300 documents', Buffer.from(generate(300))],
+  ];
+  /** Any VRAM_PREFLIGHT_* variable turns the pass-through off; this one changes nothing else. */
+  const applicationOnly = { ...env, VRAM_PREFLIGHT_FAST_PARSE: 'on' };
+
+  it.each(inputs)('%s: the same stdout, stderr and exit code as the application', (_name, input) => {
+    const lane = spawnSync(process.execPath, [bundle], { input, env, maxBuffer: 1 << 28 });
+    const app = spawnSync(process.execPath, [bundle], { input, env: applicationOnly, maxBuffer: 1 << 28 });
+    expect(lane.status).toBe(app.status);
+    expect(lane.stdout.equals(app.stdout)).toBe(true);
+    expect(lane.stderr.toString()).toBe(app.stderr.toString());
+  });
+
+  it('really skips the application: a pass-through run writes no code cache, a render does', () => {
+    const d = mkdtempSync(path.join(dir, 'lane-'));
+    const b = copyBundle(d);
+    const llamacpp = readFileSync(path.join(REAL, 'llamacpp.input.yaml'));
+    const passed = spawnSync(process.execPath, [b], { input: llamacpp, env });
+    expect(passed.status).toBe(0);
+    expect(passed.stdout.equals(llamacpp)).toBe(true);
+    expect(caches(d)).toEqual([]);
+    expect(spawnSync(process.execPath, [b], { input: vllm, env }).status).toBe(0);
+    expect(caches(d)).toHaveLength(1);
+  });
+
+  it.skipIf(!isLinux)('a closed stdout fails the pass-through as it fails the application (exit 74, one line)', () => {
+    const llamacpp = readFileSync(path.join(REAL, 'llamacpp.input.yaml'));
+    const r = sh('"$NODE" "$BUNDLE" >&-', llamacpp);
+    expect(r.status).toBe(74);
+    expect(r.stderr).toBe('vram-preflight: error: cannot write to stdout: EBADF (stdout is closed); the output is incomplete\n');
+  });
+});
+
 describe('the bundle behaves as the source on every fixture', () => {
   const cases = readdirSync(CASES).sort();
   it.each(cases)('%s', async (name) => {

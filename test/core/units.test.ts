@@ -9,6 +9,7 @@ import { globMatches } from '../../src/glob.js';
 import { escapeForKubelet } from '../../src/start.js';
 import { firstDifference, verifyEditedChunk } from '../../src/verify.js';
 import { LineIndex, splitStream } from '../../src/stream.js';
+import { mayHoldTarget, TARGET_WORDS } from '../../src/prefilter.js';
 import { readUtilization } from '../../src/utilization.js';
 import { argvStartsVllm, startsVllmInBackground } from '../../src/detect.js';
 import { quoteYamlString } from '../../src/rewrite.js';
@@ -171,6 +172,18 @@ describe('verification after an edit', () => {
     expect(problem?.message).toContain('c');
     expect(verifyEditedChunk(original, [{ c: ['a'], d: ['a'] }], [[]])).toBeUndefined();
     expect(verifyEditedChunk('c: *nope\n', [{}], [[]])?.message).toMatch(/not be (valid YAML|readable)/);
+  });
+});
+
+describe('the target words (src/prefilter.ts)', () => {
+  it('every repository of the built-in image table holds one: they alone may decide a stream has nothing to rewrite', () => {
+    for (const row of KNOWN_IMAGES) expect(TARGET_WORDS.some((w) => row.repository.toLowerCase().includes(w)), row.repository).toBe(true);
+  });
+  it('a backslash or a word in any case may hold a target; nothing else', () => {
+    expect(mayHoldTarget('image: VLLM/vllm-openai')).toBe(true);
+    expect(mayHoldTarget('name: "\\x76llm"')).toBe(true);
+    expect(mayHoldTarget('image: ghcr.io/LLM-D/x')).toBe(true);
+    expect(mayHoldTarget('image: llama.cpp/server')).toBe(false);
   });
 });
 

@@ -1,0 +1,22 @@
+/**
+ * The words a document that may hold a target mentions: vLLM itself, an
+ * earlier wrap or an annotation of ours, llm-d, KServe's Hugging Face server.
+ * Every repository of the built-in image table holds one of them (a unit test
+ * checks), so they decide alone, when no configured images add words, that
+ * a stream has nothing to rewrite: the launcher then passes it through
+ * without loading the application (src/launcher.ts). The transform's
+ * candidate test (src/transform.ts) starts from the same words.
+ */
+export const TARGET_WORDS: readonly string[] = ['vllm', 'vram-preflight', 'llm-d', 'huggingfaceserver'];
+
+const MENTIONS = new RegExp(TARGET_WORDS.map((w) => w.replace(/[-]/g, '\\-')).join('|'), 'i');
+
+/**
+ * A text that may hold something to rewrite: it mentions a target word
+ * (case-insensitively), or holds a backslash, which may spell any of them in
+ * a double-quoted escape. False only where the transform's candidate test is
+ * false for every document of the text (given no configured images).
+ */
+export function mayHoldTarget(text: string): boolean {
+  return text.includes('\\') || MENTIONS.test(text);
+}
