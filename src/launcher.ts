@@ -1,9 +1,14 @@
 /**
- * dist/vram-preflight.cjs, the file that is run: loads the application (the
- * esbuild bundle of src/bin.ts, which scripts/build.mjs writes next to it as
- * <launcher stem>.app.js) through `vm.Script` with a V8 code cache, so that a
- * run after the first skips compiling the code it uses (~40 ms of a ~100 ms
- * run on Node 20).
+ * dist/vram-preflight.cjs, the file that is run. First, with no arguments
+ * and no VRAM_PREFLIGHT_* variable, it reads stdin; input that mentions no
+ * target word (src/prefilter.ts) is written back as it came, without loading
+ * the application: most renders Helm and Argo CD pass through are so, and
+ * then cost little more than Node's own start. Otherwise it loads the
+ * application (the esbuild bundle of src/bin.ts, which scripts/build.mjs
+ * writes next to it as <launcher stem>.app.js), hands it what it read, and
+ * compiles it through `vm.Script` with a V8 code cache, so that a run after
+ * the first skips compiling the code it uses (~40 ms of a ~100 ms run on
+ * Node 20).
  *
  * The application is a file of its own, not a string in this one: Node would
  * read this file as UTF-8 and V8 parse a 230 KiB string literal at every
@@ -50,8 +55,8 @@
  * (docs/benchmarks.md).
  */
 import { accessSync, closeSync, constants, fstatSync, openSync, readSync, renameSync, unlinkSync, writeFileSync, writeSync } from 'node:fs';
-import { basename, dirname, join } from 'node:path';
 import { isUtf8 } from 'node:buffer';
+import { basename, dirname, join } from 'node:path';
 import { Script } from 'node:vm';
 import { mayHoldTarget } from './prefilter.js';
 import { finish, readStdin, stdout } from './process-io.js';
