@@ -5,7 +5,9 @@
 //   (a) start-up, per Node version (20 = the node running this script; 22 and
 //       24 when .cache/node/<version>/package/bin/node exist, see --help):
 //       CPU time (user + sys) and wall time of the bundle on the real vLLM
-//       render and on a pass-through render (llama.cpp), against `node -e 0`;
+//       render and on a pass-through render (llama.cpp), against `node -e 0`
+//       (the launcher passes it through; also through the application, as
+//       with any argument or VRAM_PREFLIGHT_* variable);
 //       with the V8 code cache (every run after the first), without it
 //       (NODE_DISABLE_COMPILE_CACHE=1), and the first run (cache absent:
 //       compiles cold, warms up, writes the cache), and with fastParse off (the
@@ -186,6 +188,8 @@ if (only.includes('a')) {
       { label: 'node -e 0', cmd: n.bin, args: ['-e', '0'], input: realVllm },
       { label: 'vLLM render', cmd: n.bin, args: [bundle], input: realVllm },
       { label: 'llama.cpp render (pass-through)', cmd: n.bin, args: [bundle], input: realLlama },
+      // Any argument or VRAM_PREFLIGHT_* variable sends even a pass-through through the application (src/launcher.ts).
+      { label: 'llama.cpp render, through the application', cmd: n.bin, args: [bundle], input: realLlama, env: { VRAM_PREFLIGHT_FAST_PARSE: 'on' } },
       { label: 'vLLM render, no code cache', cmd: n.bin, args: [bundle], input: realVllm, env: noCache },
       { label: 'llama.cpp render, no code cache', cmd: n.bin, args: [bundle], input: realLlama, env: noCache },
       { label: 'vLLM render, first run (writes the cache)', cmd: n.bin, args: [firstBundle], input: realVllm, before: clearCache },
