@@ -7,21 +7,10 @@
  */
 import { readFileSync, writeFileSync } from 'node:fs';
 import { main } from './cli.js';
-import { finish, readStdin, stderr, stdout } from './process-io.js';
+import { finish, stderr, stdout, takeStdin } from './process-io.js';
 
 export { warmUp } from './warmup.js';
 export { EXIT_WRITE_FAILED } from './process-io.js';
-
-/** What the launcher read from stdin, if it did (src/launcher.ts). */
-const STDIN_READ = Symbol.for('vram-preflight.stdin-read');
-
-function takeStdin(): ReturnType<typeof readStdin> {
-  const store = globalThis as Record<symbol, ReturnType<typeof readStdin> | undefined>;
-  const read = store[STDIN_READ];
-  if (read === undefined) return readStdin();
-  store[STDIN_READ] = undefined;
-  return read;
-}
 
 main(process.argv.slice(2), {
   stdin: (async function* () {

@@ -59,7 +59,7 @@ import { isUtf8 } from 'node:buffer';
 import { basename, dirname, join } from 'node:path';
 import { Script } from 'node:vm';
 import { mayHoldTarget } from './prefilter.js';
-import { finish, readStdin, stdout } from './process-io.js';
+import { finish, handOverStdin, readStdin, stdout } from './process-io.js';
 
 /** The application's file name, next to this file (scripts/build.mjs). */
 declare const __vram_preflight_app: string;
@@ -123,16 +123,13 @@ function readAll(file: { fd: number; size: number }, buffer: Buffer): Buffer {
   }
 }
 
-/** What this launcher read from stdin, for the application to take (src/bin.ts). */
-const STDIN_READ = Symbol.for('vram-preflight.stdin-read');
-
 /**
  * Passes the input through, without loading the application, when it cannot
  * hold anything to rewrite: no arguments, no VRAM_PREFLIGHT_* variable (no
  * configured images, no report file), UTF-8 input that mentions none of the
  * target words (src/prefilter.ts). The application would write the same
  * bytes, through the same code (src/process-io.ts), and exit 0: the
- * differential test in test/e2e/package.test.ts runs both on every fixture.
+ * differential test in test/core/io.test.ts runs both on every fixture.
  * Otherwise what was read goes to the application. True when done.
  */
 function passedThrough(): boolean {
@@ -145,7 +142,7 @@ function passedThrough(): boolean {
     finish(0);
     return true;
   }
-  (globalThis as Record<symbol, unknown>)[STDIN_READ] = text ?? read;
+  handOverStdin(text ?? read);
   return false;
 }
 

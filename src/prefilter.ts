@@ -9,7 +9,8 @@
  */
 export const TARGET_WORDS: readonly string[] = ['vllm', 'vram-preflight', 'llm-d', 'huggingfaceserver'];
 
-const MENTIONS = new RegExp(TARGET_WORDS.map((w) => w.replace(/[-]/g, '\\-')).join('|'), 'i');
+// The words hold no character a regex reads specially.
+const MENTIONS = new RegExp(TARGET_WORDS.join('|'), 'i');
 
 /**
  * A text that may hold something to rewrite: it mentions a target word

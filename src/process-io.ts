@@ -206,6 +206,25 @@ async function readRest(head: Buffer): Promise<Buffer> {
   return Buffer.concat(parts);
 }
 
+/** What the launcher read from stdin, for the application (two bundles, one process: a global). */
+const STDIN_READ = Symbol.for('vram-preflight.stdin-read');
+
+type StdinRead = ReturnType<typeof readStdin>;
+
+/** The launcher read stdin and did not pass it through: the application takes it from here. */
+export function handOverStdin(read: StdinRead | string[]): void {
+  (globalThis as Record<symbol, unknown>)[STDIN_READ] = read;
+}
+
+/** stdin as the launcher handed it over, else read now. */
+export function takeStdin(): StdinRead {
+  const store = globalThis as Record<symbol, StdinRead | undefined>;
+  const read = store[STDIN_READ];
+  if (read === undefined) return readStdin();
+  store[STDIN_READ] = undefined;
+  return read;
+}
+
 /**
  * The end of a run whose CLI returned `code`: stdout flushed; a failed write
  * to it turns the run into exit code 74 with one line on stderr.

@@ -49,24 +49,12 @@ function startsDocument(text: string, at: number, last: boolean): boolean {
   return Number.isNaN(after) ? last : after === 0x20 || after === 0x09 || after === 0x0d || after === 0x0a;
 }
 
+/**
+ * The stream's document chunks: the same over its pieces as over their join;
+ * only a chunk that spans pieces is joined.
+ */
 export function splitStream(stream: StreamText): Chunk[] {
-  if (typeof stream !== 'string') return stream.length === 1 ? splitStream(stream[0]!) : splitPieces(linePieces(stream));
-  const chunks: Chunk[] = [];
-  let chunkStart = 0;
-  for (let at = stream.indexOf('\n---'); at !== -1; at = stream.indexOf('\n---', at + 1)) {
-    const after = stream.charCodeAt(at + 4);
-    // NaN: the stream ends right after `---`.
-    if (!(Number.isNaN(after) || after === 0x20 || after === 0x09 || after === 0x0d || after === 0x0a)) continue;
-    const lineStart = at + 1;
-    chunks.push({ text: stream.slice(chunkStart, lineStart), offset: chunkStart });
-    chunkStart = lineStart;
-  }
-  chunks.push({ text: stream.slice(chunkStart), offset: chunkStart });
-  return chunks;
-}
-
-/** splitStream over pieces that each end a line: the same chunks as over their join, only a chunk that spans pieces is joined. */
-function splitPieces(pieces: readonly string[]): Chunk[] {
+  const pieces = linePieces(typeof stream === 'string' ? [stream] : stream);
   const chunks: Chunk[] = [];
   let open: string[] = []; // the current chunk's text in earlier pieces
   let openOffset = 0;

@@ -57,10 +57,10 @@ function candidateTest(options: Options): (text: string) => boolean {
   const mentions = new RegExp(words.map((w) => w.replace(/[\\^$.|?*+()[\]{}]/g, '\\$&')).join('|'), 'i');
   const containersKey = /containers['"]?\s*:/;
   // The regex only where the word is: a native search rules most documents out at once.
-  const containers = { test: (text: string) => text.includes('containers') && containersKey.test(text) };
+  const hasContainers = (text: string): boolean => text.includes('containers') && containersKey.test(text);
   // Operator resources carry no `containers` key of their own (Dynamo, KubeAI), yet explain must name them.
   const operatorKind = new RegExp(`^kind:[ \\t]*['"]?(${OPERATOR_KINDS.map((k) => k.kind).join('|')})\\b`, 'm');
-  return (text) => (containers.test(text) || text.includes('\\') || operatorKind.test(text)) && (mentions.test(text) || text.includes('\\'));
+  return (text) => (hasContainers(text) || text.includes('\\') || operatorKind.test(text)) && (mentions.test(text) || text.includes('\\'));
 }
 
 /** DRA claims can be defined anywhere in the stream (Helm sorts unknown kinds last): read them first. */

@@ -100,35 +100,26 @@ export interface DuplicateKey {
 /** Every duplicated key of the document, found in one walk (aliases are not followed: their target is walked where it is written). */
 export function findDuplicateKeys(root: unknown): DuplicateKey[] {
   const found: DuplicateKey[] = [];
-  // The path is spelled only for a duplicate: most documents have none.
-  const walk = (node: unknown, path: () => string): void => {
+  const walk = (node: unknown, path: string): void => {
     if (isMap(node)) {
       const seen = new Set<string>();
-      let reported: Set<string> | undefined;
-      for (let i = 0; i < node.items.length; i++) {
-        const pair = node.items[i]!;
+      const reported = new Set<string>();
+      for (const pair of node.items) {
         const name = keyName(pair);
         if (name !== undefined) {
-          if (seen.has(name) && !reported?.has(name)) {
-            found.push({ path: path() || '(top level)', key: name });
-            (reported ??= new Set()).add(name);
+          if (seen.has(name) && !reported.has(name)) {
+            found.push({ path: path || '(top level)', key: name });
+            reported.add(name);
           }
           seen.add(name);
         }
-        if (isMap(pair.value) || isSeq(pair.value)) {
-          walk(pair.value, name === undefined ? path : () => {
-            const above = path();
-            return above ? `${above}.${name}` : name;
-          });
-        }
+        walk(pair.value, name === undefined ? path : path ? `${path}.${name}` : name);
       }
     } else if (isSeq(node)) {
-      node.items.forEach((item, i) => {
-        if (isMap(item) || isSeq(item)) walk(item, () => `${path()}[${i}]`);
-      });
+      node.items.forEach((item, i) => walk(item, `${path}[${i}]`));
     }
   };
-  walk(root, () => '');
+  walk(root, '');
   return found;
 }
 

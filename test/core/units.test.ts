@@ -187,6 +187,15 @@ describe('the target words (src/prefilter.ts)', () => {
   });
 });
 
+/** The rule, written plainly: a chunk starts at every `---` that begins a line (not the first) and is followed by a space, a tab, a line end or the end. */
+function cutAtMarkers(stream: string): { text: string; offset: number }[] {
+  const starts = [0];
+  for (let at = 1; at < stream.length; at++) {
+    if (stream[at - 1] === '\n' && stream.startsWith('---', at) && [undefined, ' ', '\t', '\r', '\n'].includes(stream[at + 3])) starts.push(at);
+  }
+  return starts.map((start, i) => ({ text: stream.slice(start, starts[i + 1] ?? stream.length), offset: start }));
+}
+
 describe('stream splitting', () => {
   it('cuts only at --- lines that start a document', () => {
     const stream = 'a: 1\n---\nb: |\n  ---\n---x\n--- # c\nd: 2\n---';
@@ -205,6 +214,7 @@ describe('stream splitting', () => {
         const at = [...new Set(cuts.map((c) => c % (whole.length + 1)))].sort((x, y) => x - y);
         const pieces = [0, ...at].map((start, i) => whole.slice(start, [...at, whole.length][i]));
         expect(splitStream(pieces)).toEqual(splitStream(whole));
+        expect(splitStream(whole)).toEqual(cutAtMarkers(whole));
         const offsets = [0, Math.floor(whole.length / 2), whole.length];
         expect(offsets.map((o) => new LineIndex(pieces).position(o))).toEqual(offsets.map((o) => new LineIndex(whole).position(o)));
       }),
