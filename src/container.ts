@@ -5,7 +5,7 @@
  * and, for a target, the edit.
  */
 import type { YAMLMap } from 'yaml';
-import type { Options } from './config.js';
+import type { Options } from './options.js';
 import { PreflightError, type DocumentRef, type ErrorDetails } from './errors.js';
 import { ANNOTATION_CONTAINERS, ANNOTATION_SKIP, imageIsVllmFamily, isHuggingfaceServer, mentionsVllmFlag, nameSelected, runsOnCpu, startsVllmInBackground, vllmEvidence } from './detect.js';
 import { nvidiaGpuSignals, SIGNALS_CHECKED, type DeviceClaims, type GpuSignal } from './gpu.js';

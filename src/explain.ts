@@ -2,7 +2,7 @@
  * `vram-preflight explain`: what the transform would do to each container and
  * why, as a table a person reads before trusting a post-renderer.
  */
-import type { Options } from './config.js';
+import type { Options } from './options.js';
 import { describeDocument } from './errors.js';
 import type { TransformResult } from './transform.js';
 

@@ -3,7 +3,7 @@
  * per container the action, reason and evidence, in a versioned shape that
  * src/report.schema.json describes. CI pipelines and policy checks gate on it.
  */
-import type { Options } from './config.js';
+import type { Options } from './options.js';
 import type { ContainerReport } from './container.js';
 import type { DocumentRef, PreflightError } from './errors.js';
 import type { TransformResult } from './transform.js';

@@ -12,10 +12,30 @@
 import { PreflightError, type ErrorDetails } from './errors.js';
 import { effectiveTag, parseImage, repositoryForConfig, repositoryMatches, type ImageReference } from './image-ref.js';
 import { findKnownImage, isKnownRepository, lookAlikeRepository, whyUnplaced, type KnownImage } from './images.js';
-import type { ImageStart, RegistryLookupMode } from './config.js';
-import type { ImageStartAnswer, LookupFailure } from './registry/index.js';
+import type { ImageStart, RegistryLookupMode } from './options.js';
 import { globMatches } from './glob.js';
 import { PREFLIGHT_MARKER_PREFIX } from './preflight.js';
+
+/** What an image's registry says it runs (src/registry looks it up at a door's edge). */
+export interface ImageStartAnswer {
+  image: string;
+  entrypoint: string[];
+  cmd: string[];
+  /** What the reference resolved to (the tag's digest, or the pinned digest). */
+  digest: string;
+  /** The platform of the image read, e.g. linux/amd64. */
+  platform: string;
+  source: 'registry' | 'cache' | 'stale-cache';
+  /** When the registry last confirmed the tag → digest (ISO 8601); for stale-cache, in the past. */
+  checkedAt: string;
+  warning?: string;
+}
+
+export interface LookupFailure {
+  image: string;
+  /** One line: why. */
+  error: string;
+}
 
 export const WRAPPER_COMMAND: readonly string[] = ['/bin/sh', '-ec'];
 

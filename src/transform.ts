@@ -10,7 +10,7 @@
  * text means what was intended (src/verify.ts). Everything else is copied.
  */
 import { isMap, isSeq, type Node } from 'yaml';
-import type { Options } from './config.js';
+import type { Options } from './options.js';
 import { decideContainer, type ContainerEdit, type ContainerReport, type PodControls } from './container.js';
 import { ANNOTATION_CONTAINERS, ANNOTATION_SKIP, ANNOTATION_UTILIZATION } from './detect.js';
 import { describeDocument, PreflightError, type DocumentRef, type ErrorDetails } from './errors.js';

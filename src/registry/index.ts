@@ -9,6 +9,9 @@ import { DiskCache, defaultCacheDir, type CachedConfig, type ImageStart } from '
 import { DIGEST_PATTERN, formatPlatform, LookupError, parsePlatform, Registry, type ClientContext, type Platform } from './client.js';
 import { Credentials, dockerConfigPath } from './credentials.js';
 import { noProxyMatches } from './http.js';
+import type { ImageStartAnswer, LookupFailure } from '../start.js';
+
+export type { ImageStartAnswer, LookupFailure };
 
 export { noProxyMatches };
 
@@ -30,26 +33,6 @@ export interface RegistryOptions {
   now?: () => Date;
   /** Lookups in flight at once. Default 4. */
   concurrency?: number;
-}
-
-export interface ImageStartAnswer {
-  image: string;
-  entrypoint: string[];
-  cmd: string[];
-  /** What the reference resolved to (the tag's digest, or the pinned digest). */
-  digest: string;
-  /** The platform of the image read, e.g. linux/amd64. */
-  platform: string;
-  source: 'registry' | 'cache' | 'stale-cache';
-  /** When the registry last confirmed the tag → digest (ISO 8601); for stale-cache, in the past. */
-  checkedAt: string;
-  warning?: string;
-}
-
-export interface LookupFailure {
-  image: string;
-  /** One line: why. */
-  error: string;
 }
 
 export function isLookupFailure(result: ImageStartAnswer | LookupFailure): result is LookupFailure {
