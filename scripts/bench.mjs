@@ -11,7 +11,7 @@
 //       with the V8 code cache (every run after the first), without it
 //       (NODE_DISABLE_COMPILE_CACHE=1), and the first run (cache absent:
 //       compiles cold, warms up, writes the cache), and with fastParse off (the
-//       yaml library alone: what src/yaml-fast.ts saves). With --before REF, also
+//       yaml library alone: what src/core/yaml/fast-parse.ts saves). With --before REF, also
 //       the bundle built from git REF, in the same interleaved rounds.
 //                                           goals: vLLM <= 1.3x, llama.cpp <= 1.15x (CPU)
 //   (b) `helm template` of test/charts/inference-zoo alone, with the bundle as
@@ -188,12 +188,12 @@ if (only.includes('a')) {
       { label: 'node -e 0', cmd: n.bin, args: ['-e', '0'], input: realVllm },
       { label: 'vLLM render', cmd: n.bin, args: [bundle], input: realVllm },
       { label: 'llama.cpp render (pass-through)', cmd: n.bin, args: [bundle], input: realLlama },
-      // Any argument or VRAM_PREFLIGHT_* variable sends even a pass-through through the application (src/launcher.ts).
+      // Any argument or VRAM_PREFLIGHT_* variable sends even a pass-through through the application (src/cli/launcher.ts).
       { label: 'llama.cpp render, through the application', cmd: n.bin, args: [bundle], input: realLlama, env: { VRAM_PREFLIGHT_FAST_PARSE: 'on' } },
       { label: 'vLLM render, no code cache', cmd: n.bin, args: [bundle], input: realVllm, env: noCache },
       { label: 'llama.cpp render, no code cache', cmd: n.bin, args: [bundle], input: realLlama, env: noCache },
       { label: 'vLLM render, first run (writes the cache)', cmd: n.bin, args: [firstBundle], input: realVllm, before: clearCache },
-      // What the fast parse path (src/yaml-fast.ts) saves: the same run with the yaml library alone.
+      // What the fast parse path (src/core/yaml/fast-parse.ts) saves: the same run with the yaml library alone.
       { label: 'vLLM render, fastParse off (yaml only)', cmd: n.bin, args: [bundle], input: realVllm, env: { VRAM_PREFLIGHT_FAST_PARSE: 'off' } },
     ];
     if (beforeBundle) {

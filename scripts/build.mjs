@@ -1,12 +1,12 @@
 #!/usr/bin/env node
-// Bundles src/bin.ts (and everything it imports: yaml, src/*.json) into two
+// Bundles src/cli/bin.ts (and everything it imports: yaml, src/*.json) into two
 // self-contained files that run with plain `node` and need no node_modules:
 //
-//   dist/vram-preflight.cjs      the launcher (src/launcher.ts): the file to run
+//   dist/vram-preflight.cjs      the launcher (src/cli/launcher.ts): the file to run
 //                                (package.json "bin", plugin.yaml, the Argo CD image)
 //   dist/vram-preflight.app.js   the application, which the launcher reads and
 //                                compiles with a V8 code cache kept next to it
-//                                (see src/launcher.ts); never run by itself
+//                                (see src/cli/launcher.ts); never run by itself
 //
 // The two are one build: every artifact ships both, side by side (DIST_FILES
 // in scripts/package-plugin.mjs). The application is pure ASCII (checked
@@ -27,8 +27,8 @@ import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 
 const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
-const entry = path.join(root, 'src/bin.ts');
-const launcherEntry = path.join(root, 'src/launcher.ts');
+const entry = path.join(root, 'src/cli/bin.ts');
+const launcherEntry = path.join(root, 'src/cli/launcher.ts');
 const defaultOutfile = path.join(root, 'dist/vram-preflight.cjs');
 
 function argValue(name) {
@@ -66,15 +66,15 @@ const yamlNodeBehaviour = {
     });
   },
 };
-/** The application's first line (src/launcher.ts checks it). */
+/** The application's first line (src/cli/launcher.ts checks it). */
 export const appHeader = (hash) => `/* vram-preflight application, build ${hash} */\n`;
 
 const yamlVersion = () => JSON.parse(readFileSync(path.join(yamlDir, 'package.json'), 'utf8')).version;
 
 /**
- * The application: src/bin.ts and what it imports, as the body of a CommonJS
+ * The application: src/cli/bin.ts and what it imports, as the body of a CommonJS
  * module function. Written by buildBundle, wrapped, next to the launcher
- * (src/launcher.ts), which compiles it with a V8 code cache.
+ * (src/cli/launcher.ts), which compiles it with a V8 code cache.
  */
 async function buildApp() {
   const result = await build({
@@ -176,7 +176,7 @@ export async function buildBundle({ outfile = defaultOutfile, quiet = false, ana
   chmodSync(appfile, 0o644);
   writeFileSync(outfile, text);
   chmodSync(outfile, 0o755);
-  // Code caches of earlier builds at this path (src/launcher.ts names them
+  // Code caches of earlier builds at this path (src/cli/launcher.ts names them
   // <name>.<hash16>.node-….v8cache) can never be used again.
   const stem = path.basename(outfile).replace(/\.c?js$/, '');
   for (const f of readdirSync(path.dirname(outfile))) {

@@ -64,7 +64,7 @@ export function pluginYamlField(text, key) {
 
 /**
  * Every place that carries the release version, and what it says. They must
- * agree: package.json, plugin.yaml, src/version.ts, the Argo CD plugin's
+ * agree: package.json, plugin.yaml, src/core/version.ts, the Argo CD plugin's
  * spec.version (`v<version>`, in plugin.yaml and in the ConfigMap that embeds
  * it) and the sidecar image tag in repo-server-patch.yaml.
  */
@@ -78,7 +78,7 @@ export function versionSites() {
   return {
     'package.json': JSON.parse(read('package.json')).version,
     'plugin.yaml': pluginYamlField(read('plugin.yaml'), 'version'),
-    'src/version.ts': one('src/version.ts', /VERSION = '([^']+)'/),
+    'src/core/version.ts': one('src/core/version.ts', /VERSION = '([^']+)'/),
     'deploy/argocd/plugin.yaml spec.version': one('deploy/argocd/plugin.yaml', /^ {2}version:[ \t]*["']?(v[^"'\s]+)/m, unv),
     'deploy/argocd/cmp-plugin-configmap.yaml spec.version': one('deploy/argocd/cmp-plugin-configmap.yaml', /^ {6}version:[ \t]*["']?(v[^"'\s]+)/m, unv),
     'deploy/argocd/repo-server-patch.yaml image tag': one('deploy/argocd/repo-server-patch.yaml', /image:\s*\S*\/vram-preflight-cmp:([^\s"']+)/),

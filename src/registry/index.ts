@@ -4,12 +4,12 @@
  *
  * Nothing runs at import time; Node's network modules load on the first lookup.
  */
-import { parseImage, repositoryForConfig, type ImageReference } from '../image-ref.js';
+import { parseImage, repositoryForConfig, type ImageReference } from '../core/tables/image-ref.js';
 import { DiskCache, defaultCacheDir, type CachedConfig, type ImageStart } from './cache.js';
 import { DIGEST_PATTERN, formatPlatform, LookupError, parsePlatform, Registry, type ClientContext, type Platform } from './client.js';
 import { Credentials, dockerConfigPath } from './credentials.js';
 import { noProxyMatches } from './http.js';
-import type { ImageStartAnswer, LookupFailure } from '../start.js';
+import type { ImageStartAnswer, LookupFailure } from '../core/decide/start.js';
 
 export type { ImageStartAnswer, LookupFailure };
 

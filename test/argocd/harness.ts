@@ -38,10 +38,10 @@ export function ensureHelm(): void {
  */
 export function ensureTool(): string {
   const bundle = path.join(ROOT, 'dist/vram-preflight.cjs');
-  const entry = path.join(ROOT, 'src/bin.ts');
+  const entry = path.join(ROOT, 'src/cli/bin.ts');
   if (!existsSync(entry)) {
     if (existsSync(bundle)) return bundle;
-    throw new Error('neither src/bin.ts nor dist/vram-preflight.cjs exists: the CLI is needed for the Argo CD plugin tests');
+    throw new Error('neither src/cli/bin.ts nor dist/vram-preflight.cjs exists: the CLI is needed for the Argo CD plugin tests');
   }
   const newestSource = Math.max(
     ...readdirSync(path.join(ROOT, 'src')).map((f) => statSync(path.join(ROOT, 'src', f)).mtimeMs),

@@ -149,7 +149,7 @@ describe('deploy/argocd/plugin.yaml', () => {
   });
 
   it('the tool options it passes on are options vram-preflight reads from its environment', () => {
-    const configTs = readFileSync(path.join(ROOT, 'src/config.ts'), 'utf8');
+    const configTs = readFileSync(path.join(ROOT, 'src/config/sources.ts'), 'utf8');
     const toolEnv = new Set([...configTs.matchAll(/\benv: '(VRAM_PREFLIGHT_[A-Z_]+)'/g)].map((m) => m[1]));
     const configEnv = /CONFIG_ENV = '(VRAM_PREFLIGHT_[A-Z_]+)'/.exec(configTs)?.[1];
     if (configEnv) toolEnv.add(configEnv);

@@ -1,7 +1,7 @@
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
-import { VERSION } from '../../src/version.js';
+import { VERSION } from '../../src/core/version.js';
 import { runCli } from './run-cli.js';
 
 const realVllm = readFileSync(join(import.meta.dirname, '../../fixtures/real/vllm.input.yaml'), 'utf8');

@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
-import { DEFAULT_OPTIONS, mergeOptions } from '../../src/config.js';
-import { validateConfig } from '../../src/config-validate.js';
+import { DEFAULT_OPTIONS, mergeOptions } from '../../src/config/sources.js';
+import { validateConfig } from '../../src/config/validate.js';
 
 // mergeOptions skips the schema check when no option was given (start-up time):
 // that is only right while the defaults themselves pass it.

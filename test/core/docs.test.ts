@@ -5,9 +5,9 @@
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
-import { SCALAR_OPTIONS } from '../../src/config.js';
-import { KNOWN_IMAGES } from '../../src/images.js';
-import { OPERATOR_KINDS, WORKLOAD_KINDS } from '../../src/workloads.js';
+import { SCALAR_OPTIONS } from '../../src/config/sources.js';
+import { KNOWN_IMAGES } from '../../src/core/tables/images.js';
+import { OPERATOR_KINDS, WORKLOAD_KINDS } from '../../src/core/tables/workloads.js';
 
 const doc = (name: string) => readFileSync(join(import.meta.dirname, '../../docs', name), 'utf8');
 

@@ -15,8 +15,8 @@
 import fc from 'fast-check';
 import { isMap, isSeq, parseAllDocuments, type YAMLMap } from 'yaml';
 import { describe, expect, it } from 'vitest';
-import { DEFAULT_OPTIONS, type Options } from '../../src/config.js';
-import { transform } from '../../src/transform.js';
+import { DEFAULT_OPTIONS, type Options } from '../../src/config/sources.js';
+import { transform } from '../../src/core/transform.js';
 
 const RUNS = Number(process.env.FUZZ_RUNS ?? 2000);
 const SEED = Number(process.env.FUZZ_SEED ?? 20261202);

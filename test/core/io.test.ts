@@ -1,7 +1,7 @@
 /**
  * The process around the CLI, through the built bundle (scripts/build.mjs into
  * a temp dir): stdin/stdout on fds (blocking or not), write failures (exit 74,
- * one line on stderr), the V8 code cache of the launcher (src/launcher.ts),
+ * one line on stderr), the V8 code cache of the launcher (src/cli/launcher.ts),
  * and, for every fixture case, the same stdout, stderr and exit code as the
  * CLI run in-process from source: the bundle (yaml's ES module build,
  * minified, compiled through the launcher with or without its cache) behaves
@@ -211,7 +211,7 @@ describe('the launcher and its application (scripts/build.mjs writes both)', () 
   });
 });
 
-describe('V8 code cache (src/launcher.ts)', () => {
+describe('V8 code cache (src/cli/launcher.ts)', () => {
   it('is written next to the bundle by the first run, then used; output identical every time', () => {
     const d = mkdtempSync(path.join(dir, 'cache-'));
     const b = copyBundle(d);
@@ -289,8 +289,8 @@ describe('V8 code cache (src/launcher.ts)', () => {
   });
 });
 
-describe('stdin: ASCII read as text piece by piece, anything else as UTF-8 bytes (src/bin.ts)', () => {
-  // More than one piece of src/bin.ts (1 MiB), so that the first pieces are ASCII.
+describe('stdin: ASCII read as text piece by piece, anything else as UTF-8 bytes (src/cli/bin.ts)', () => {
+  // More than one piece of src/cli/bin.ts (1 MiB), so that the first pieces are ASCII.
   const big = generate(600);
   const run = (input: Buffer, how: 'pipe' | 'file') => {
     if (how === 'pipe') return spawnSync(process.execPath, [bundle], { input, env, maxBuffer: 1 << 28 });

@@ -9,8 +9,8 @@
 import fc from 'fast-check';
 import { parseAllDocuments } from 'yaml';
 import { describe, expect, it } from 'vitest';
-import { DEFAULT_OPTIONS, type Options } from '../../src/config.js';
-import { transform } from '../../src/transform.js';
+import { DEFAULT_OPTIONS, type Options } from '../../src/config/sources.js';
+import { transform } from '../../src/core/transform.js';
 
 const options: Options = { ...DEFAULT_OPTIONS };
 export const RUNS = 300;

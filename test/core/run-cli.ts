@@ -1,6 +1,6 @@
 import { readFileSync } from 'node:fs';
 import { isAbsolute, join } from 'node:path';
-import { main } from '../../src/cli.js';
+import { main } from '../../src/cli/main.js';
 
 export interface CliRun {
   code: number;

@@ -1,20 +1,20 @@
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
-import { transform } from '../../src/transform.js';
-import { DEFAULT_OPTIONS } from '../../src/config.js';
-import { findKnownImage, KNOWN_IMAGES, parseTag, tagMatches } from '../../src/images.js';
-import { compareVersions, parseImage, parseVersion } from '../../src/image-ref.js';
-import { nvidiaGpuSignals, emptyDeviceClaims, recordDeviceClaim } from '../../src/gpu.js';
-import { globMatches } from '../../src/glob.js';
-import { escapeForKubelet } from '../../src/start.js';
-import { firstDifference, verifyEditedChunk } from '../../src/verify.js';
-import { LineIndex, splitStream } from '../../src/stream.js';
-import { mayHoldTarget, TARGET_WORDS } from '../../src/prefilter.js';
-import { readUtilization } from '../../src/utilization.js';
-import { argvStartsVllm, startsVllmInBackground } from '../../src/detect.js';
-import { quoteYamlString } from '../../src/rewrite.js';
+import { transform } from '../../src/core/transform.js';
+import { DEFAULT_OPTIONS } from '../../src/config/sources.js';
+import { findKnownImage, KNOWN_IMAGES, parseTag, tagMatches } from '../../src/core/tables/images.js';
+import { compareVersions, parseImage, parseVersion } from '../../src/core/tables/image-ref.js';
+import { nvidiaGpuSignals, emptyDeviceClaims, recordDeviceClaim } from '../../src/core/tables/gpu.js';
+import { globMatches } from '../../src/core/decide/glob.js';
+import { escapeForKubelet } from '../../src/core/decide/start.js';
+import { firstDifference, verifyEditedChunk } from '../../src/core/yaml/verify.js';
+import { LineIndex, splitStream } from '../../src/core/yaml/stream.js';
+import { mayHoldTarget, TARGET_WORDS } from '../../src/core/decide/target-words.js';
+import { readUtilization } from '../../src/core/decide/utilization.js';
+import { argvStartsVllm, startsVllmInBackground } from '../../src/core/decide/detect.js';
+import { quoteYamlString } from '../../src/core/yaml/edit.js';
 import { parse } from 'yaml';
-import { findWorkloadKind, WORKLOAD_KINDS } from '../../src/workloads.js';
+import { findWorkloadKind, WORKLOAD_KINDS } from '../../src/core/tables/workloads.js';
 
 describe('image references', () => {
   it.each([
@@ -175,7 +175,7 @@ describe('verification after an edit', () => {
   });
 });
 
-describe('the target words (src/prefilter.ts)', () => {
+describe('the target words (src/core/decide/target-words.ts)', () => {
   it('every repository of the built-in image table holds one: they alone may decide a stream has nothing to rewrite', () => {
     for (const row of KNOWN_IMAGES) expect(TARGET_WORDS.some((w) => row.repository.toLowerCase().includes(w)), row.repository).toBe(true);
   });

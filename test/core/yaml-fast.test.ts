@@ -1,5 +1,5 @@
 /**
- * The fast parse path (src/yaml-fast.ts) against the `yaml` library: whenever
+ * The fast parse path (src/core/yaml/fast-parse.ts) against the `yaml` library: whenever
  * the fast path reads a text, `yaml` must read the same nodes (ranges, types,
  * values) and the same value; and the transform's results must not depend on
  * the switch. Texts: every YAML file of the repository, cut as the stream is
@@ -14,10 +14,10 @@ import { join, relative } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { describe, expect, it } from 'vitest';
 import { generate } from '../../scripts/bench/generate.mjs';
-import { DEFAULT_OPTIONS, type Options } from '../../src/config.js';
-import { splitStream } from '../../src/stream.js';
-import { transform } from '../../src/transform.js';
-import { parseDocuments, parseSimpleDocument } from '../../src/yaml-fast.js';
+import { DEFAULT_OPTIONS, type Options } from '../../src/config/sources.js';
+import { splitStream } from '../../src/core/yaml/stream.js';
+import { transform } from '../../src/core/transform.js';
+import { parseDocuments, parseSimpleDocument } from '../../src/core/yaml/fast-parse.js';
 import { compareWithYaml } from '../support/yaml-compare.js';
 
 const RUNS = Number(process.env.YAML_FAST_RUNS ?? 12000);

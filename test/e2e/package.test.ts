@@ -22,9 +22,9 @@ describe('plugin.yaml', () => {
   const text = readFileSync(path.join(ROOT, 'plugin.yaml'), 'utf8');
   const meta = parse(text) as Record<string, unknown>;
 
-  it('has the version of package.json and src/version.ts, in strict semver', () => {
+  it('has the version of package.json and src/core/version.ts, in strict semver', () => {
     expect(meta.version).toBe(PACKAGE_VERSION);
-    expect(readFileSync(path.join(ROOT, 'src/version.ts'), 'utf8')).toContain(`VERSION = '${PACKAGE_VERSION}'`);
+    expect(readFileSync(path.join(ROOT, 'src/core/version.ts'), 'utf8')).toContain(`VERSION = '${PACKAGE_VERSION}'`);
     expect(PACKAGE_VERSION).toMatch(/^(0|[1-9]\d*)\.(0|[1-9]\d*)\.(0|[1-9]\d*)(-[0-9A-Za-z.-]+)?(\+[0-9A-Za-z.-]+)?$/);
   });
 

@@ -141,12 +141,12 @@ describe('npm run release', () => {
     expect(dirty.stderr).toContain('plugin.yaml');
   });
 
-  it('package.json, plugin.yaml, src/version.ts and the Argo CD plugin (spec.version, ConfigMap, image tag) carry one version', () => {
+  it('package.json, plugin.yaml, src/core/version.ts and the Argo CD plugin (spec.version, ConfigMap, image tag) carry one version', () => {
     const read = (rel: string) => readFileSync(path.join(ROOT, rel), 'utf8');
     type Obj = Record<string, any>;
     expect(JSON.parse(read('package.json')).version).toBe(V);
     expect((parseYaml(read('plugin.yaml')) as Obj).version).toBe(V);
-    expect(read('src/version.ts')).toContain(`VERSION = '${V}'`);
+    expect(read('src/core/version.ts')).toContain(`VERSION = '${V}'`);
     expect((parseYaml(read('deploy/argocd/plugin.yaml')) as Obj).spec.version).toBe(`v${V}`);
     const cm = parseYaml(read('deploy/argocd/cmp-plugin-configmap.yaml')) as Obj;
     expect((parseYaml(cm.data['plugin.yaml']) as Obj).spec.version).toBe(`v${V}`);

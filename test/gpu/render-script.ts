@@ -11,7 +11,7 @@
  */
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { dirname, join } from 'node:path';
-import { renderPreflightScript, type PreflightSettings } from '../../src/preflight.js';
+import { renderPreflightScript, type PreflightSettings } from '../../src/core/preflight.js';
 
 const argv = process.argv.slice(2);
 const opts: Record<string, string> = {};

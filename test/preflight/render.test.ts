@@ -12,8 +12,8 @@ import {
   renderPreflightScript,
   roundUtilizationUp,
   type PreflightSettings,
-} from '../../src/preflight.js';
-import { PreflightError } from '../../src/errors.js';
+} from '../../src/core/preflight.js';
+import { PreflightError } from '../../src/core/errors.js';
 import { BUSYBOX, DEFAULTS, SHELLCHECK, judgeProgram } from './harness.js';
 
 const base: PreflightSettings = { ...DEFAULTS, terminationMessagePath: '/dev/termination-log' };

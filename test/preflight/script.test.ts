@@ -11,7 +11,7 @@ import {
   EXIT_SIGINT,
   EXIT_SIGTERM,
   EXIT_TIMEOUT,
-} from '../../src/preflight.js';
+} from '../../src/core/preflight.js';
 import {
   NEED_09,
   SHELLS,

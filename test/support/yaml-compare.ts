@@ -1,13 +1,13 @@
 /**
- * Differential check of the fast parse path (src/yaml-fast.ts) against the
+ * Differential check of the fast parse path (src/core/yaml/fast-parse.ts) against the
  * `yaml` library: when the fast path reads a text, `yaml` must read it
  * without error into the same nodes (class, range, type, value, source,
  * format, flow, anchor, tag) and the same value (toJS, key order included).
  */
 import { isDeepStrictEqual } from 'node:util';
 import { isMap, isPair, isScalar, isSeq, parseAllDocuments } from 'yaml';
-import { parseSimpleDocument } from '../../src/yaml-fast.js';
-import { PARSE_OPTIONS } from '../../src/yaml-nodes.js';
+import { parseSimpleDocument } from '../../src/core/yaml/fast-parse.js';
+import { PARSE_OPTIONS } from '../../src/core/yaml/nodes.js';
 
 type Any = Record<string, unknown>;
 

@@ -3,11 +3,11 @@
  * per container the action, reason and evidence, in a versioned shape that
  * src/report.schema.json describes. CI pipelines and policy checks gate on it.
  */
-import type { Options } from './options.js';
-import type { ContainerReport } from './container.js';
-import type { DocumentRef, PreflightError } from './errors.js';
-import type { TransformResult } from './transform.js';
-import { VERSION } from './version.js';
+import type { Options } from '../options.js';
+import type { ContainerReport } from '../decide/container.js';
+import type { DocumentRef, PreflightError } from '../errors.js';
+import type { TransformResult } from '../transform.js';
+import { VERSION } from '../version.js';
 
 export const REPORT_API_VERSION = 'vram-preflight.io/v1';
 

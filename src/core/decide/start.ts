@@ -9,12 +9,12 @@
  * the answers arrive here as data). With `registryLookup: always` the
  * registry is asked before the table.
  */
-import { PreflightError, type ErrorDetails } from './errors.js';
-import { effectiveTag, parseImage, repositoryForConfig, repositoryMatches, type ImageReference } from './image-ref.js';
-import { findKnownImage, isKnownRepository, lookAlikeRepository, whyUnplaced, type KnownImage } from './images.js';
-import type { ImageStart, RegistryLookupMode } from './options.js';
+import { PreflightError, type ErrorDetails } from '../errors.js';
+import { effectiveTag, parseImage, repositoryForConfig, repositoryMatches, type ImageReference } from '../tables/image-ref.js';
+import { findKnownImage, isKnownRepository, lookAlikeRepository, whyUnplaced, type KnownImage } from '../tables/images.js';
+import type { ImageStart, RegistryLookupMode } from '../options.js';
 import { globMatches } from './glob.js';
-import { PREFLIGHT_MARKER_PREFIX } from './preflight.js';
+import { PREFLIGHT_MARKER_PREFIX } from '../preflight.js';
 
 /** What an image's registry says it runs (src/registry looks it up at a door's edge). */
 export interface ImageStartAnswer {

@@ -4,7 +4,7 @@
  * an error, not a default: waiting for the wrong amount either fails the
  * model (too much) or lets the race through (too little).
  */
-import { PreflightError, type ErrorDetails } from './errors.js';
+import { PreflightError, type ErrorDetails } from '../errors.js';
 
 const FLAG_NAMES = ['--gpu-memory-utilization', '--gpu_memory_utilization'];
 /** The flag inside one shell-string argument (`sh -c "vllm serve … --gpu-memory-utilization 0.8"`). */

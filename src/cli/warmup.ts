@@ -1,12 +1,12 @@
 /**
- * What the launcher (src/launcher.ts) runs once before it writes the V8 code
+ * What the launcher (src/cli/launcher.ts) runs once before it writes the V8 code
  * cache: the CLI, in memory, on a small render like a real one (transform
  * and explain), so that the cache holds the functions a real render compiles
  * whatever the run that writes it did (`--version` included). Nothing is read
  * from or written to the process: no stdin, stdout, stderr, environment or
  * file.
  */
-import { main, type CliIO } from './cli.js';
+import { main, type CliIO } from './main.js';
 
 const EXAMPLE = `---
 # Source: model/templates/service.yaml

@@ -1,6 +1,6 @@
 /**
- * The process's stdin, stdout and stderr, for the application (src/bin.ts)
- * and for the launcher's pass-through (src/launcher.ts), which must behave
+ * The process's stdin, stdout and stderr, for the application (src/cli/bin.ts)
+ * and for the launcher's pass-through (src/cli/launcher.ts), which must behave
  * exactly alike: one implementation, bundled into both.
  *
  * stdin and stdout/stderr are read and written with fs.readSync/fs.writeSync
@@ -145,7 +145,7 @@ const READ_PIECE = 1 << 20;
 
 /**
  * All of stdin, read synchronously. ASCII input (almost every render) comes
- * back as text, in pieces that each end a line (src/stream.ts splits the
+ * back as text, in pieces that each end a line (src/core/yaml/stream.ts splits the
  * stream across them; joining them would cost as much as reading): each
  * piece decoded as latin1, which is exact for ASCII and skips UTF-8
  * validation and decoding. Anything else comes back as bytes, for the CLI to

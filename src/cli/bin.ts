@@ -1,12 +1,12 @@
 #!/usr/bin/env node
 /**
- * The process around the CLI: stdin, stdout, stderr (src/process-io.ts),
+ * The process around the CLI: stdin, stdout, stderr (src/cli/process-io.ts),
  * files, exit code. stdin may have been read by the launcher already
- * (src/launcher.ts, which passes through input with nothing to rewrite
+ * (src/cli/launcher.ts, which passes through input with nothing to rewrite
  * without loading this application): then it hands over what it read.
  */
 import { readFileSync, writeFileSync } from 'node:fs';
-import { main } from './cli.js';
+import { main } from './main.js';
 import { finish, stderr, stdout, takeStdin } from './process-io.js';
 
 export { warmUp } from './warmup.js';
@@ -24,7 +24,7 @@ main(process.argv.slice(2), {
   readFile: (path) => readFileSync(path, 'utf8'),
   writeFile: (path, text) => writeFileSync(path, text),
   // Loaded only when a lookup is needed: most runs never pay for the registry client.
-  lookupImageStarts: (images, options) => import('./registry/index.js').then((registry) => registry.lookupImageStarts(images, options)),
+  lookupImageStarts: (images, options) => import('../registry/index.js').then((registry) => registry.lookupImageStarts(images, options)),
 }).then(finish, (error: unknown) => {
   stderr.write(`vram-preflight: internal error: ${error instanceof Error ? error.stack : String(error)}\n`);
   process.exitCode = 70;

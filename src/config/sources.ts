@@ -6,13 +6,13 @@
  * in the CLI; this module only turns text into options.
  */
 import { parse as parseYaml } from 'yaml';
-import { PreflightError } from './errors.js';
-import { validateConfig, type SchemaError } from './config-validate.js';
-import { KNOWN_IMAGES } from './images.js';
-import { DEFAULT_OPTIONS, type ImageStart, type Options } from './options.js';
+import { PreflightError } from '../core/errors.js';
+import { validateConfig, type SchemaError } from './validate.js';
+import { KNOWN_IMAGES } from '../core/tables/images.js';
+import { DEFAULT_OPTIONS, type ImageStart, type Options } from '../core/options.js';
 
-export type { ImageStart, Options, RegistryLookupMode } from './options.js';
-export { DEFAULT_OPTIONS } from './options.js';
+export type { ImageStart, Options, RegistryLookupMode } from '../core/options.js';
+export { DEFAULT_OPTIONS } from '../core/options.js';
 
 type Key = keyof Options;
 type ValueKind = 'number' | 'text' | 'list';

@@ -1,7 +1,7 @@
 /**
  * A narrow YAML parse path for the plain block YAML that Helm renders, with
  * the `yaml` library's own node classes and exactly the ranges, types and
- * values `yaml` gives (src/rewrite.ts edits text at those ranges).
+ * values `yaml` gives (src/core/yaml/edit.ts edits text at those ranges).
  *
  * Why: a post-renderer runs once per `helm template`/install/upgrade and per
  * Argo CD refresh, and almost all of a short run's time went to composing
@@ -29,7 +29,7 @@
  * `VRAM_PREFLIGHT_FAST_PARSE=off` (or `--no-fast-parse`) turns it off.
  */
 import { Pair, parseAllDocuments, Scalar, YAMLMap, YAMLSeq, type Node } from 'yaml';
-import { PARSE_OPTIONS, type ParsedDocument } from './yaml-nodes.js';
+import { PARSE_OPTIONS, type ParsedDocument } from './nodes.js';
 
 /** All documents of `text`: the fast path's one document when it reads it fully, else `yaml`'s. */
 export function parseDocuments(text: string, fast = true): ParsedDocument[] {

@@ -1,7 +1,7 @@
 /**
  * What the core is told: the options every door (CLI, Argo CD plugin,
  * webhook) hands the transform, and their defaults. Where they come from
- * (flags, environment, a config file) is src/config.ts's business.
+ * (flags, environment, a config file) is src/config/sources.ts's business.
  */
 
 /** A config `images` entry: the start of an image (`entrypoint`/`cmd`), or `like:` a built-in table row. */
@@ -41,7 +41,7 @@ export interface Options {
   registryCaFile?: string;
   /** Seconds one nvidia-smi query may take before the preflight counts it as unavailable (hung). */
   nvidiaSmiTimeoutSeconds: number;
-  /** `off`: parse every document with the `yaml` library alone, never the fast path (src/yaml-fast.ts). */
+  /** `off`: parse every document with the `yaml` library alone, never the fast path (src/core/yaml/fast-parse.ts). */
   fastParse: 'on' | 'off';
 }
 

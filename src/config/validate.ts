@@ -4,7 +4,7 @@
  * so that no schema is compiled at start-up; a test keeps it in step.
  */
 // @ts-expect-error: generated JavaScript without type declarations
-import { validate } from './config-validate.generated.js';
+import { validate } from './validate.generated.js';
 
 export interface SchemaError {
   /** JSON pointer of the offending value, e.g. `/timeoutSeconds`. */

@@ -2,9 +2,9 @@
  * `vram-preflight explain`: what the transform would do to each container and
  * why, as a table a person reads before trusting a post-renderer.
  */
-import type { Options } from './options.js';
-import { describeDocument } from './errors.js';
-import type { TransformResult } from './transform.js';
+import type { Options } from '../options.js';
+import { describeDocument } from '../errors.js';
+import type { TransformResult } from '../transform.js';
 
 function table(rows: string[][]): string {
   const widths = rows[0]!.map((_, col) => Math.max(...rows.map((row) => row[col]!.length)));

@@ -6,7 +6,7 @@
  * change another, or leave an alias without its anchor. Such an edit is
  * never emitted: the container is refused with the path that would change.
  */
-import { parseDocuments } from './yaml-fast.js';
+import { parseDocuments } from './fast-parse.js';
 
 export type ValuePath = readonly (string | number)[];
 

@@ -5,18 +5,18 @@
  * and, for a target, the edit.
  */
 import type { YAMLMap } from 'yaml';
-import type { Options } from './options.js';
-import { PreflightError, type DocumentRef, type ErrorDetails } from './errors.js';
+import type { Options } from '../options.js';
+import { PreflightError, type DocumentRef, type ErrorDetails } from '../errors.js';
 import { ANNOTATION_CONTAINERS, ANNOTATION_SKIP, imageIsVllmFamily, isHuggingfaceServer, mentionsVllmFlag, nameSelected, runsOnCpu, startsVllmInBackground, vllmEvidence } from './detect.js';
-import { nvidiaGpuSignals, SIGNALS_CHECKED, type DeviceClaims, type GpuSignal } from './gpu.js';
-import { parseImage, repositoryMatches } from './image-ref.js';
-import { renderPreflightScript } from './preflight.js';
-import { readArgv, startEdits, type KeptAnchors, type TextEdit } from './rewrite.js';
+import { nvidiaGpuSignals, SIGNALS_CHECKED, type DeviceClaims, type GpuSignal } from '../tables/gpu.js';
+import { parseImage, repositoryMatches } from '../tables/image-ref.js';
+import { renderPreflightScript } from '../preflight.js';
+import { readArgv, startEdits, type KeptAnchors, type TextEdit } from '../yaml/edit.js';
 import { isWrapped, resolveStart, WRAPPER_COMMAND, type ContainerStart, type StartEvidence, type StartSources } from './start.js';
 import { readUtilization, type EnvVar, type Utilization } from './utilization.js';
-import type { IntendedStart, ValuePath } from './verify.js';
-import { VERSION } from './version.js';
-import type { ParsedDocument } from './yaml-nodes.js';
+import type { IntendedStart, ValuePath } from '../yaml/verify.js';
+import { VERSION } from '../version.js';
+import type { ParsedDocument } from '../yaml/nodes.js';
 
 export type Action = 'wrap' | 'rewrap' | 'unchanged' | 'unwrap' | 'skip' | 'cannot-wrap' | 'error';
 

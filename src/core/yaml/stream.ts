@@ -16,7 +16,7 @@ export interface Chunk {
 }
 
 /**
- * The stream as read: one string, or the pieces it was read in. src/bin.ts
+ * The stream as read: one string, or the pieces it was read in. src/cli/bin.ts
  * hands a large input over in pieces, never joined: joining 50 MB costs as
  * much CPU time as reading it, and holds the input twice.
  */
@@ -25,7 +25,7 @@ export type StreamText = string | readonly string[];
 /**
  * Pieces that each end a line (but the last): a document marker can then
  * never straddle two of them. Pieces that end mid-line are joined with the
- * next (src/bin.ts cuts its pieces after a newline, so they never are).
+ * next (src/cli/bin.ts cuts its pieces after a newline, so they never are).
  */
 function linePieces(pieces: readonly string[]): string[] {
   const out: string[] = [];

@@ -10,7 +10,7 @@ import { isAlias, isMap, isScalar, isSeq, type Document, type Node, type Pair, t
 
 /**
  * A parsed document: `yaml`'s Document, or one read by the fast path
- * (src/yaml-fast.ts), which builds the same nodes (and never aliases).
+ * (src/core/yaml/fast-parse.ts), which builds the same nodes (and never aliases).
  */
 export interface ParsedDocument {
   contents: unknown;

@@ -4,8 +4,8 @@
  * document, comments, quoting and Helm's odd indentation included, stays.
  */
 import { isAlias, isScalar, isSeq, type Node, type Pair, type YAMLMap } from 'yaml';
-import { PreflightError, type ErrorDetails } from './errors.js';
-import { effectivePair, keyName, resolveAlias, type ParsedDocument } from './yaml-nodes.js';
+import { PreflightError, type ErrorDetails } from '../errors.js';
+import { effectivePair, keyName, resolveAlias, type ParsedDocument } from './nodes.js';
 
 export interface TextEdit {
   start: number;

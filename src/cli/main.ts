@@ -17,15 +17,15 @@ import {
   optionsFromFlags,
   SCALAR_OPTIONS,
   type Options,
-} from './config.js';
-import { PreflightError } from './errors.js';
-import { renderExplanation } from './explain.js';
-import { renderReport } from './report.js';
-import { checkPreflightOptions } from './preflight.js';
-import type { ImageStartAnswer, LookupFailure, RegistryOptions } from './registry/index.js';
-import type { StreamText } from './stream.js';
-import { transform, type TransformResult } from './transform.js';
-import { VERSION } from './version.js';
+} from '../config/sources.js';
+import { PreflightError } from '../core/errors.js';
+import { renderExplanation } from '../core/report/explain.js';
+import { renderReport } from '../core/report/report.js';
+import { checkPreflightOptions } from '../core/preflight.js';
+import type { ImageStartAnswer, LookupFailure, RegistryOptions } from '../registry/index.js';
+import type { StreamText } from '../core/yaml/stream.js';
+import { transform, type TransformResult } from '../core/transform.js';
+import { VERSION } from '../core/version.js';
 
 export interface CliIO {
   stdin: AsyncIterable<Uint8Array | string>;
@@ -156,7 +156,7 @@ function resolveOptions(args: ParsedArgs, io: CliIO): Options {
 async function readAll(stdin: AsyncIterable<Uint8Array | string>): Promise<StreamText> {
   const given: (Uint8Array | string)[] = [];
   for await (const part of stdin) given.push(part);
-  // Text is taken as it is, in the pieces it came in (src/bin.ts decodes
+  // Text is taken as it is, in the pieces it came in (src/cli/bin.ts decodes
   // ASCII input itself, piece by piece): no copy back to bytes and out again,
   // no join. Unless a piece has a lone surrogate, which its UTF-8 bytes would
   // turn into U+FFFD.
@@ -218,7 +218,7 @@ async function resolveImages(images: readonly string[], options: Options, io: Cl
     return 1;
   }
   report(io, diagnosticsFile, warnings);
-  const { renderImageEntries } = await import('./registry/index.js');
+  const { renderImageEntries } = await import('../registry/index.js');
   io.stdout.write(renderImageEntries(found));
   return 0;
 }

@@ -4,8 +4,8 @@
  * Every repository of the built-in image table holds one of them (a unit test
  * checks), so they decide alone, when no configured images add words, that
  * a stream has nothing to rewrite: the launcher then passes it through
- * without loading the application (src/launcher.ts). The transform's
- * candidate test (src/transform.ts) starts from the same words.
+ * without loading the application (src/cli/launcher.ts). The transform's
+ * candidate test (src/core/transform.ts) starts from the same words.
  */
 export const TARGET_WORDS: readonly string[] = ['vllm', 'vram-preflight', 'llm-d', 'huggingfaceserver'];
 

@@ -1,10 +1,10 @@
 /**
  * Detection: does a container start vLLM? (Whether it has an NVIDIA GPU is
- * src/gpu.ts.) "Not vLLM" needs positive evidence: a vLLM-family image whose
+ * src/core/tables/gpu.ts.) "Not vLLM" needs positive evidence: a vLLM-family image whose
  * start cannot be read is refused, not skipped.
  */
-import { parseImage } from './image-ref.js';
-import { isVllmFamilyImage } from './images.js';
+import { parseImage } from '../tables/image-ref.js';
+import { isVllmFamilyImage } from '../tables/images.js';
 import { globMatches } from './glob.js';
 
 export const ANNOTATION_SKIP = 'vram-preflight.io/skip';

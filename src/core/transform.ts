@@ -3,29 +3,29 @@
  * and diagnostics out. No I/O, no globals; the CLI supplies options (and the
  * registry's answers, looked up at its edge) and decides what to print.
  *
- * Pipeline: cut the stream into documents on text alone (src/stream.ts);
+ * Pipeline: cut the stream into documents on text alone (src/core/yaml/stream.ts);
  * parse only documents that may hold a target (`candidateTest`); find their
- * pod templates (src/workloads.ts) and decide each container
- * (src/container.ts); apply the edits (src/rewrite.ts) and check the edited
- * text means what was intended (src/verify.ts). Everything else is copied.
+ * pod templates (src/core/tables/workloads.ts) and decide each container
+ * (src/core/decide/container.ts); apply the edits (src/core/yaml/edit.ts) and check the edited
+ * text means what was intended (src/core/yaml/verify.ts). Everything else is copied.
  */
 import { isMap, isSeq, type Node } from 'yaml';
 import type { Options } from './options.js';
-import { decideContainer, type ContainerEdit, type ContainerReport, type PodControls } from './container.js';
-import { ANNOTATION_CONTAINERS, ANNOTATION_SKIP, ANNOTATION_UTILIZATION } from './detect.js';
+import { decideContainer, type ContainerEdit, type ContainerReport, type PodControls } from './decide/container.js';
+import { ANNOTATION_CONTAINERS, ANNOTATION_SKIP, ANNOTATION_UTILIZATION } from './decide/detect.js';
 import { describeDocument, PreflightError, type DocumentRef, type ErrorDetails } from './errors.js';
-import { emptyDeviceClaims, nvidiaGpuSignals, recordDeviceClaim, type DeviceClaims } from './gpu.js';
-import { KNOWN_IMAGES } from './images.js';
-import { applyEdits } from './rewrite.js';
-import type { RegistryAnswers, StartSources } from './start.js';
-import { LineIndex, lineEnding, splitStream, type Chunk, type StreamText } from './stream.js';
-import { formatPath, verifyEditedChunk, type IntendedStart } from './verify.js';
-import { findOperatorKind, findWorkloadKind, LIST_KIND, OPERATOR_KINDS, templatesOf, type FoundTemplate } from './workloads.js';
-import { TARGET_WORDS } from './prefilter.js';
-import { parseDocuments } from './yaml-fast.js';
-import { effectiveGet, findDuplicateKeys, resolveAlias, type ParsedDocument } from './yaml-nodes.js';
+import { emptyDeviceClaims, nvidiaGpuSignals, recordDeviceClaim, type DeviceClaims } from './tables/gpu.js';
+import { KNOWN_IMAGES } from './tables/images.js';
+import { applyEdits } from './yaml/edit.js';
+import type { RegistryAnswers, StartSources } from './decide/start.js';
+import { LineIndex, lineEnding, splitStream, type Chunk, type StreamText } from './yaml/stream.js';
+import { formatPath, verifyEditedChunk, type IntendedStart } from './yaml/verify.js';
+import { findOperatorKind, findWorkloadKind, LIST_KIND, OPERATOR_KINDS, templatesOf, type FoundTemplate } from './tables/workloads.js';
+import { TARGET_WORDS } from './decide/target-words.js';
+import { parseDocuments } from './yaml/fast-parse.js';
+import { effectiveGet, findDuplicateKeys, resolveAlias, type ParsedDocument } from './yaml/nodes.js';
 
-export type { Action, ContainerReport } from './container.js';
+export type { Action, ContainerReport } from './decide/container.js';
 
 export interface TransformResult {
   /** The output stream, in pieces (one per document chunk); empty when there are errors. */

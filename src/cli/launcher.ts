@@ -1,10 +1,10 @@
 /**
  * dist/vram-preflight.cjs, the file that is run. First, with no arguments
  * and no VRAM_PREFLIGHT_* variable, it reads stdin; input that mentions no
- * target word (src/prefilter.ts) is written back as it came, without loading
+ * target word (src/core/decide/target-words.ts) is written back as it came, without loading
  * the application: most renders Helm and Argo CD pass through are so, and
  * then cost little more than Node's own start. Otherwise it loads the
- * application (the esbuild bundle of src/bin.ts, which scripts/build.mjs
+ * application (the esbuild bundle of src/cli/bin.ts, which scripts/build.mjs
  * writes next to it as <launcher stem>.app.js), hands it what it read, and
  * compiles it through `vm.Script` with a V8 code cache, so that a run after
  * the first skips compiling the code it uses (~40 ms of a ~100 ms run on
@@ -51,14 +51,14 @@
  * No V8 flags are set at run time: 0.2.0 capped tiering (`--max-opt=1`) to
  * keep TurboFan off the yaml lexer in short runs, which cost ~5 ms of loading
  * node:v8 (and Node's stream modules with it). Since the fast parse path
- * (src/yaml-fast.ts) a short run optimises nothing, and the cap only cost
+ * (src/core/yaml/fast-parse.ts) a short run optimises nothing, and the cap only cost
  * (docs/benchmarks.md).
  */
 import { accessSync, closeSync, constants, fstatSync, openSync, readSync, renameSync, unlinkSync, writeFileSync, writeSync } from 'node:fs';
 import { isUtf8 } from 'node:buffer';
 import { basename, dirname, join } from 'node:path';
 import { Script } from 'node:vm';
-import { mayHoldTarget } from './prefilter.js';
+import { mayHoldTarget } from '../core/decide/target-words.js';
 import { finish, handOverStdin, readStdin, stdout } from './process-io.js';
 
 /** The application's file name, next to this file (scripts/build.mjs). */
@@ -127,15 +127,15 @@ function readAll(file: { fd: number; size: number }, buffer: Buffer): Buffer {
  * Passes the input through, without loading the application, when it cannot
  * hold anything to rewrite: no arguments, no VRAM_PREFLIGHT_* variable (no
  * configured images, no report file), UTF-8 input that mentions none of the
- * target words (src/prefilter.ts). The application would write the same
- * bytes, through the same code (src/process-io.ts), and exit 0: the
+ * target words (src/core/decide/target-words.ts). The application would write the same
+ * bytes, through the same code (src/cli/process-io.ts), and exit 0: the
  * differential test in test/core/io.test.ts runs both on every fixture.
  * Otherwise what was read goes to the application. True when done.
  */
 function passedThrough(): boolean {
   if (process.argv.length !== 2 || Object.keys(process.env).some((name) => name.startsWith('VRAM_PREFLIGHT_'))) return false;
   const read = readStdin();
-  // Input that is not ASCII is decoded as the CLI decodes it (src/cli.ts), and handed over decoded; not UTF-8 is the CLI's error to report.
+  // Input that is not ASCII is decoded as the CLI decodes it (src/cli/main.ts), and handed over decoded; not UTF-8 is the CLI's error to report.
   const text = Array.isArray(read) ? read : Buffer.isBuffer(read) && isUtf8(read) ? [read.toString('utf8')] : undefined;
   if (text !== undefined && !text.some(mayHoldTarget)) {
     for (const piece of text) stdout.write(piece);
