@@ -29,5 +29,5 @@ npm ci --no-audit --no-fund
 bash scripts/fetch-helm.sh
 node scripts/generate-validator.mjs --check
 node scripts/build.mjs
-npx tsc --noEmit
+npm run typecheck
 npx vitest run
