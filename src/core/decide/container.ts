@@ -9,7 +9,7 @@ import type { Options } from '../options.js';
 import { PreflightError, type DocumentRef, type ErrorDetails } from '../errors.js';
 import { ANNOTATION_CONTAINERS, ANNOTATION_SKIP, imageIsVllmFamily, isHuggingfaceServer, mentionsVllmFlag, nameSelected, runsOnCpu, startsVllmInBackground, vllmEvidence } from './detect.js';
 import { nvidiaGpuSignals, SIGNALS_CHECKED, type DeviceClaims, type GpuSignal } from '../tables/gpu.js';
-import { parseImage, repositoryMatches } from '../tables/image-ref.js';
+import { imageReferenceProblem, parseImage, repositoryMatches } from '../tables/image-ref.js';
 import { renderPreflightScript } from '../preflight.js';
 import { readArgv, startEdits, type KeptAnchors, type TextEdit } from '../yaml/edit.js';
 import { isWrapped, resolveStart, WRAPPER_COMMAND, type ContainerStart, type StartEvidence, type StartSources } from './start.js';
@@ -105,6 +105,12 @@ function hasConfigEntry(image: string | undefined, options: Options): boolean {
   return options.images.some((entry) => repositoryMatches(reference, entry.repository));
 }
 
+/** A container we would look at whose image cannot be pulled is refused: no start can be read for it. */
+function refuseImageNoRuntimePulls(image: string | undefined, ours: boolean): void {
+  const problem = image === undefined || !ours ? undefined : imageReferenceProblem(image);
+  if (problem) throw new PreflightError('BAD_CONTAINER', `the image is not an image reference: ${problem}`, { fix: 'write the image as [registry/]repository[:tag][@digest] with nothing around it; check the values that render it (a `|` block scalar or a value read from a file ends in a line break)' });
+}
+
 /** Anchors on the old command/args items, carried to where those items land in the new lists. */
 function keptAnchors(command: (string | undefined)[] | undefined, args: (string | undefined)[] | undefined, wrapped: boolean, commandLength: number, startFromImage: number, unwrap: boolean): KeptAnchors {
   const inStart: (string | undefined)[] = [];
@@ -133,6 +139,7 @@ export function decideContainer(input: ContainerInput, base: Pick<ContainerRepor
 
     const skipBecause = ((): string | undefined => {
       if (controls.skip) return `opted out by annotation ${ANNOTATION_SKIP}`;
+      refuseImageNoRuntimePulls(image, controls.forced || imageIsVllmFamily(image) || vllmEvidence(image, written) !== undefined);
       if (controls.forced) return undefined;
       if (!nameSelected(name, options.containerNames)) return `name not matched by containerNames (${options.containerNames.join(', ')})`;
       const family = imageIsVllmFamily(image) || isHuggingfaceServer(image, written) || hasConfigEntry(image, options);
