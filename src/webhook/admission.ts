@@ -22,9 +22,7 @@
  */
 import type { Options } from '../core/options.js';
 import type { RegistryAnswers } from '../core/decide/start.js';
-import { patchObject, type JsonPatchOperation, type PatchResult } from '../core/patch.js';
-import { withLookups } from '../core/lookups.js';
-import { claimReferences } from '../core/tables/gpu.js';
+import { claimReferences, patchObject, withLookups, type JsonPatchOperation, type PatchResult } from '../core/index.js';
 import type { ClaimReadResult, ClaimReference } from './claims.js';
 import type { Outcome } from './metrics.js';
 
@@ -165,8 +163,7 @@ export async function admit(text: string, deps: AdmissionDependencies): Promise<
       if (deps.readClaims) ({ claims, failures: claimFailures } = await deps.readClaims(namespace, wanted));
       else claimFailures = new Map(wanted.map((ref) => [`${ref.kind} ${ref.name}`, 'no Kubernetes API to read it from (not running in a cluster)']));
     }
-    const lookup = deps.options.registryLookup === 'never' ? undefined : deps.lookup;
-    const result = await withLookups((registry) => patchObject(pod, deps.options, { registry, claims }), lookup);
+    const result = await withLookups((registry) => patchObject(pod, deps.options, { registry, claims }), deps.options.registryLookup, deps.lookup);
     const { wrapped, refused, skipped } = readResult(result, claimFailures);
     const annotations: Record<string, string> = {};
     if (wrapped.length > 0) {

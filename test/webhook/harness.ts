@@ -133,13 +133,15 @@ export function h1(url: string, ca: string, options: RequestOptions = {}, agent?
         method: options.method ?? 'POST',
         ca: readFileSync(ca),
         agent: agent ?? false,
-        ALPNProtocols: ['http/1.1'],
         headers: { 'content-type': 'application/json', ...options.headers },
+        // As the API server's client offers it when it speaks HTTP/1.1.
+        ...({ ALPNProtocols: ['http/1.1'] } as object),
       },
       (res) => {
+        const alpn = (res.socket as import('node:tls').TLSSocket).alpnProtocol || undefined;
         const chunks: Buffer[] = [];
         res.on('data', (c: Buffer) => chunks.push(c));
-        res.on('end', () => resolve({ status: res.statusCode!, headers: res.headers, body: Buffer.concat(chunks).toString('utf8'), alpn: (res.socket as import('node:tls').TLSSocket).alpnProtocol || undefined }));
+        res.on('end', () => resolve({ status: res.statusCode!, headers: res.headers, body: Buffer.concat(chunks).toString('utf8'), alpn }));
         res.on('error', reject);
       },
     );
