@@ -99,14 +99,19 @@ export function annotationOps(pod: Plain, values: Readonly<Record<string, string
 }
 
 /** The refused containers and the wrapped ones, from the core's reports and the claims that could not be read. */
-function readResult(result: PatchResult, claimFailures: ReadonlyMap<string, string>): { wrapped: string[]; refused: RefusedContainer[]; skipped: number } {
+function readResult(result: PatchResult, claimFailures: ReadonlyMap<string, string>, answers: RegistryAnswers | undefined): { wrapped: string[]; refused: RefusedContainer[]; skipped: number } {
   const wrapped: string[] = [];
   const refused: RefusedContainer[] = [];
   let skipped = 0;
   const claimReason = [...claimFailures].map(([label, why]) => `DRA ${label}: ${why}`).join('; ');
   for (const report of result.containers) {
     if (report.action === 'wrap') wrapped.push(report.container);
-    else if (report.action === 'error' || report.action === 'cannot-wrap') refused.push({ container: report.container, reason: report.reason });
+    else if (report.action === 'error' || report.action === 'cannot-wrap') {
+      // The core's reason lists every source it tried; where the registry was the last hope, its failure is what to read first.
+      const answer = report.image === undefined ? undefined : answers?.get(report.image);
+      const failed = answer && 'error' in answer ? answer.error : undefined;
+      refused.push({ container: report.container, reason: failed ? `the start of its image is known only to its registry, and the lookup failed: ${failed}` : report.reason });
+    }
     else if (claimFailures.size > 0 && [...report.warnings, ...report.notes].some((text) => text.includes('DRA'))) {
       // vLLM whose GPU is a claim we could not read: the core could not tell; say why it could not.
       refused.push({ container: report.container, reason: `${claimReason}, so it cannot tell whether the container has an NVIDIA GPU` });
@@ -163,8 +168,10 @@ export async function admit(text: string, deps: AdmissionDependencies): Promise<
       if (deps.readClaims) ({ claims, failures: claimFailures } = await deps.readClaims(namespace, wanted));
       else claimFailures = new Map(wanted.map((ref) => [`${ref.kind} ${ref.name}`, 'no Kubernetes API to read it from (not running in a cluster)']));
     }
-    const result = await withLookups((registry) => patchObject(pod, deps.options, { registry, claims }), deps.options.registryLookup, deps.lookup);
-    const { wrapped, refused, skipped } = readResult(result, claimFailures);
+    let answers: RegistryAnswers | undefined;
+    const lookup = deps.lookup && (async (images: readonly string[]) => (answers = await deps.lookup!(images)));
+    const result = await withLookups((registry) => patchObject(pod, deps.options, { registry, claims }), deps.options.registryLookup, lookup);
+    const { wrapped, refused, skipped } = readResult(result, claimFailures, answers);
     const annotations: Record<string, string> = {};
     if (wrapped.length > 0) {
       const before = asObject(metadata?.annotations)?.[ANNOTATION_WRAPPED];
