@@ -11,7 +11,7 @@ import http2 from 'node:http2';
 import https from 'node:https';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
-import { parse as parseYaml, stringify as stringifyYaml } from 'yaml';
+import { parseAllDocuments, stringify as stringifyYaml } from 'yaml';
 import { transform } from '../../src/core/transform.js';
 import { DEFAULT_OPTIONS, type Options } from '../../src/core/options.js';
 import { DEFAULT_SETTINGS, startWebhook, type Webhook, type WebhookSettings } from '../../src/webhook/server.js';
@@ -239,8 +239,14 @@ export function applyPatch(document: unknown, patch: unknown[]): unknown {
 
 /** What the post-renderer makes of a pod: the same object through `transform`, read back as JSON. */
 export function postRendered(pod: unknown, options: Options = DEFAULT_OPTIONS): { object: unknown; errors: string[] } {
-  const result = transform(stringifyYaml(pod), options);
-  return { object: parseYaml(result.pieces.join('')), errors: result.errors.map((e) => e.format()) };
+  const { objects, errors } = postRenderedStream([pod], options);
+  return { object: objects[0], errors };
+}
+
+/** The same for a render of several objects (one YAML stream). */
+export function postRenderedStream(objects: unknown[], options: Options = DEFAULT_OPTIONS): { objects: unknown[]; errors: string[] } {
+  const result = transform(objects.map((o) => `---\n${stringifyYaml(o)}`).join(''), options);
+  return { objects: parseAllDocuments(result.pieces.join('')).map((d) => d.toJS()), errors: result.errors.map((e) => e.format()) };
 }
 
 export function removeDir(dir: string): void {
