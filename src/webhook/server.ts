@@ -262,8 +262,14 @@ export async function startWebhook(settings: WebhookSettings): Promise<Webhook> 
     metrics.requests.inc({ route: routeOf(req), code: String(status) });
     const headers: Record<string, string | number> = { 'content-type': type, 'content-length': Buffer.byteLength(body), ...extra };
     if (req.httpVersionMajor === 1 && (draining || status === 413 || status === 408)) headers.connection = 'close';
-    res.writeHead(status, headers);
-    res.end(body);
+    // The client may have gone (the API server gave up at its timeout): nothing to answer then.
+    if (res.writableEnded || (res as { destroyed?: boolean }).destroyed || (req.httpVersionMajor === 2 && (res as Http2ServerResponse).stream.closed)) return;
+    try {
+      res.writeHead(status, headers);
+      res.end(body);
+    } catch (error) {
+      log({ level: 'warn', msg: 'answer not sent', status, error: (error as Error).message });
+    }
   };
 
   const routeOf = (req: Request): string => {
@@ -289,7 +295,7 @@ export async function startWebhook(settings: WebhookSettings): Promise<Webhook> 
       const status = error instanceof HttpProblem ? error.status : 400;
       metrics.admissions.inc({ outcome: 'invalid', dry_run: 'false' });
       log({ level: 'warn', msg: 'request refused', status, error: (error as Error).message });
-      if (!res.writableEnded && !(res as { destroyed?: boolean }).destroyed) send(req, res, status, 'text/plain; charset=utf-8', `${(error as Error).message}\n`);
+      send(req, res, status, 'text/plain; charset=utf-8', `${(error as Error).message}\n`);
       return;
     }
     // Not ready (no valid config yet): the API server should not be sending; if it does, the pod goes in unchanged.
@@ -353,7 +359,7 @@ export async function startWebhook(settings: WebhookSettings): Promise<Webhook> 
     answer().catch((error: unknown) => {
       log({ level: 'error', msg: 'internal error', error: error instanceof Error ? (error.stack ?? error.message) : String(error) });
       if (!res.headersSent) send(req, res, 500, 'text/plain; charset=utf-8', 'internal error\n');
-      else res.end();
+      else if (!res.writableEnded) res.end();
     });
   };
   server.on('request', handle);

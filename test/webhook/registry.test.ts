@@ -130,6 +130,31 @@ describe('registry lookups from the webhook', () => {
     expect(s.webhook.metrics.admissions.get({ outcome: 'not-wrapped', dry_run: 'false' })).toBe(10);
   });
 
+  it('a client that goes away while its pod waits for the registry (the API server gave up): the others are answered, nothing breaks', async () => {
+    const stalled = await r.startStalled();
+    stops.push(stalled.close);
+    const { s } = await startWith({ registryBudgetMs: 600 });
+    const pod = podWith(`${stalled.host}/vllm/vllm-openai:v0.12.0`);
+    const session = h.h2session(s.url, pki.caCert);
+    const leaving = session.session.request({ ':method': 'POST', ':path': '/mutate', 'content-type': 'application/json' });
+    leaving.on('error', () => {});
+    leaving.end(h.review(pod));
+    const https1 = await import('node:https');
+    const leaving1 = https1.request(`${s.url}/mutate`, { method: 'POST', ca: readFileSync(pki.caCert), headers: { 'content-type': 'application/json' } });
+    leaving1.on('error', () => {});
+    leaving1.end(h.review(pod));
+    const staying = session.request({ body: h.review(pod) });
+    await new Promise((resolve) => setTimeout(resolve, 150));
+    leaving.close();
+    leaving1.destroy();
+    expect(h.readReview(await staying).allowed).toBe(true);
+    session.close();
+    await new Promise((resolve) => setTimeout(resolve, 700));
+    expect(h.readReview(await h.h1(s.url, pki.caCert, { body: h.review(h.plainPod()) })).allowed).toBe(true);
+    expect(s.logs.filter((l) => l.msg === 'internal error')).toEqual([]);
+    expect(s.webhook.metrics.inFlight.get()).toBe(0);
+  });
+
   it('a failing registry (429) and a registry that is gone: admitted unchanged with the reason; the failure is cached briefly, not asked again by every pod', async () => {
     const limited = await r.startRateLimited();
     stops.push(limited.close);
