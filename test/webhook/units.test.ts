@@ -82,7 +82,7 @@ describe('metrics', () => {
 });
 
 describe('file watch', () => {
-  it('a change is noticed by the poll alone (a file in a directory that cannot be watched: here, none given to watch)', async () => {
+  it('a change is noticed by the poll alone (here the directory does not exist yet, so there is no watch)', async () => {
     const dir = mkdtempSync(path.join(tmpdir(), 'vram-preflight-watch-'));
     try {
       const file = path.join(dir, 'config.yaml');
