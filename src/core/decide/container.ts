@@ -165,7 +165,7 @@ export function decideContainer(input: ContainerInput, base: Pick<ContainerRepor
       if (controls.skip) return `opted out by annotation ${ANNOTATION_SKIP}`;
       if (rayStart === 'ray-start') {
         if (controls.forced) report.warnings.push(`named by annotation ${ANNOTATION_CONTAINERS}, but KubeRay starts this Ray container as \`ray start\` (it gives no command or args): there is no start of its own to wait before, so it is not wrapped`);
-        report.notes.push('vLLM started by Ray (Ray Serve deployments, Ray actors) on this node is not wrapped: the wait belongs before that vLLM, inside Ray');
+        if (gpu.signals.length) report.notes.push('a vLLM that Ray starts on this GPU node (a Ray Serve deployment, a Ray actor) is not wrapped: it has no container start of its own to wait before');
         return `KubeRay starts this Ray container as \`ray start\` (no command or args), whatever its image: not a vLLM start of its own`;
       }
       if (rayStart === 'joined' && !joinsAsOneCommand(written) && (controls.forced || vllmEvidence(written) !== undefined)) {

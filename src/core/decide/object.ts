@@ -198,7 +198,7 @@ function warnUnknownKind(visit: ObjectVisit, object: Plain, workload: string, wh
     const path = `${where}${formatPath(found.path)}`;
     const reason = `kind ${String(object.kind)} (${String(object.apiVersion)}) is not one vram-preflight knows, so its containers are not wrapped: this one starts vLLM on an NVIDIA GPU (${found.gpus.join(', ')})`;
     visit.result.containers.push({ document: visit.ref, workload, template: path, container: found.name, initContainer: false, image: found.image, action: 'skip', reason, gpus: found.gpus, gpuSignals: found.signals, warnings: [], notes: [] });
-    visit.result.warnings.push(`${describeDocument(visit.ref)}, container "${found.name}" at ${path}: ${reason}; fix: file an issue naming the kind and where its pod templates are (one table row in src/core/tables/workloads.ts adds it), or wrap the start yourself`);
+    visit.result.warnings.push(`${describeDocument(visit.ref)}, container "${found.name}" at ${path}: ${reason}; fix: file an issue naming the kind, its API group and where its pod templates are (a known kind is one row of vram-preflight's workload table)`);
   }
 }
 

@@ -149,7 +149,7 @@ function fromTable(image: ImageReference, attempts: Attempts): ImageAnswer | und
   const alike = isKnownRepository(image) ? undefined : lookAlikeRepository(image);
   if (alike !== undefined && findKnownImage(image, alike)) {
     // The tag is placed; only the name is not known: say so, since `like:` is the whole fix.
-    attempts.table = `the built-in table does not know the repository ${image.repository}; it looks like a mirror of ${alike}, whose row for this tag places it once the config file says so (like: ${alike})`;
+    attempts.table = `the built-in table does not know the repository ${repositoryForConfig(image)}; it looks like a mirror of ${alike}, whose row places this tag once the config file says so (like: ${alike})`;
     return undefined;
   }
   attempts.table = alike ? `the image is not in the built-in table, and as a mirror of ${alike} (config like:) it would not be placed either: ${whyUnplaced(image, alike)}` : whyUnplaced(image);
