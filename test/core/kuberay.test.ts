@@ -27,7 +27,13 @@ function convertCmdToString(items: readonly string[] | undefined): string {
 }
 
 /** The argv KubeRay gives the Ray container (containers[0]) of a pod built from this template. */
-function kuberayBuild(template: Template, objectAnnotations: Record<string, string>): string[] {
+/**
+ * Releases since the `--block` fix put the container's text first (`cmd && ray start`); earlier ones put
+ * `ray start` first (`ray start && cmd`). Both are run: the wrap must survive either.
+ */
+type Order = 'cmd-first' | 'ray-first';
+
+function kuberayBuild(template: Template, objectAnnotations: Record<string, string>, order: Order = 'cmd-first'): string[] {
   const container = template.spec.containers[0]!;
   const cmd = convertCmdToString(container.command) + convertCmdToString(container.args);
   const overwrite = [objectAnnotations, template.metadata?.annotations ?? {}].some((a) => a['ray.io/overwrite-container-cmd']?.toLowerCase() === 'true');
@@ -35,7 +41,8 @@ function kuberayBuild(template: Template, objectAnnotations: Record<string, stri
   if (overwrite || cmd.includes('ray start')) return [...(container.command ?? IMAGE_ENTRYPOINT), ...(container.args ?? [])];
   // The generated part: ulimit, then ray start (our fake `ray` says so).
   const generated = 'ulimit -n 65536; ray start --address=head:6379';
-  return ['/bin/bash', '-lc', '--', cmd === '' ? generated : `${cmd} && ${generated}`];
+  if (cmd === '') return ['/bin/bash', '-lc', '--', generated];
+  return ['/bin/bash', '-lc', '--', order === 'cmd-first' ? `${cmd} && ${generated}` : `${generated} && ${cmd}`];
 }
 
 let bin: string;
@@ -89,15 +96,21 @@ describe('KubeRay runs what vram-preflight renders', () => {
       ['starts-ray-itself', 'RAY-RAN start --address=head:6379\nVLLM-RAN serve /models/m --gpu-memory-utilization 0.8\n'],
       ['overwritten', 'VLLM-RAN serve /models/m --gpu-memory-utilization 0.7\n'],
     ];
-    for (const [group, stdout] of expectations) {
-      const template = groups.get(group)!;
-      expect(template.spec.containers[0]!.command, group).toEqual(['/bin/sh', '-ec']);
-      const wrapped = run(kuberayBuild(template, annotations));
-      expect(wrapped.stderr, group).toContain('vram-preflight');
-      expect({ group, status: wrapped.status, stdout: wrapped.stdout }).toEqual({ group, status: 0, stdout });
-      // Without the wrap KubeRay would have run the same thing (minus the wait).
-      const unwrapped = run(kuberayBuild(before.get(group)!, annotations));
-      expect({ group, stdout: unwrapped.stdout }).toEqual({ group, stdout });
+    for (const order of ['cmd-first', 'ray-first'] as const) {
+      for (const [group, cmdFirst] of expectations) {
+        const template = groups.get(group)!;
+        expect(template.spec.containers[0]!.command, group).toEqual(['/bin/sh', '-ec']);
+        // Joined starts run after `ray start` in the earlier order.
+        const lines = cmdFirst.trimEnd().split('\n');
+        const joined = lines.length === 2 && lines[1]!.startsWith('RAY-RAN');
+        const stdout = order === 'ray-first' && joined ? `${lines[1]}\n${lines[0]}\n` : cmdFirst;
+        const wrapped = run(kuberayBuild(template, annotations, order));
+        expect(wrapped.stderr, group).toContain('vram-preflight');
+        expect({ order, group, status: wrapped.status, stdout: wrapped.stdout }).toEqual({ order, group, status: 0, stdout });
+        // Without the wrap KubeRay would have run the same thing (minus the wait).
+        const unwrapped = run(kuberayBuild(before.get(group)!, annotations, order));
+        expect({ order, group, stdout: unwrapped.stdout }).toEqual({ order, group, stdout });
+      }
     }
   });
 

@@ -11,7 +11,9 @@
  * - otherwise replaces them with `/bin/bash -lc --` and one argument: the
  *   joined text, ` && `, then the generated `ray start …` (only the latter
  *   when the text is empty: a container without command or args runs
- *   `ray start`, whatever its image's ENTRYPOINT).
+ *   `ray start`, whatever its image's ENTRYPOINT). Releases before the
+ *   `--block` fix put `ray start` first; a start written as one plain
+ *   command survives either order.
  *
  * So a start KubeRay keeps is either the container's own (as written) or its
  * items as words of a bash command line (joined).
