@@ -114,6 +114,24 @@ describe('KubeRay runs what vram-preflight renders', () => {
     }
   });
 
+  it('the pod KubeRay builds from a wrapped start is not wrapped again (the webhook sees that pod)', async () => {
+    const rendered = await runCli([], readFileSync(join(caseDir, 'input.yaml'), 'utf8'));
+    const cluster = parseAllDocuments(rendered.stdout)[0]!.toJS() as { spec: { workerGroupSpecs: { groupName: string; template: Template }[] } };
+    const template = cluster.spec.workerGroupSpecs.find((g) => g.groupName === 'joined')!.template;
+    const [program, ...rest] = kuberayBuild(template, {});
+    const pod = {
+      apiVersion: 'v1',
+      kind: 'Pod',
+      metadata: { name: 'serve-worker-joined-x1' },
+      spec: { containers: [{ name: 'standalone', image: 'vllm/vllm-openai:v0.26.0', command: [program, ...rest], resources: { limits: { 'nvidia.com/gpu': '1' } } }] },
+    };
+    const text = JSON.stringify(pod);
+    const run = await runCli(['explain', '--output', 'json'], text);
+    const report = JSON.parse(run.stdout) as { containers: { action: string; reason: string }[] };
+    expect(report.containers).toMatchObject([{ action: 'skip', reason: expect.stringContaining('already runs the vram-preflight wait') }]);
+    expect((await runCli([], text)).stdout).toBe(text);
+  });
+
   it('the joined form is idempotent and unwraps to the original start', async () => {
     const input = readFileSync(join(caseDir, 'input.yaml'), 'utf8');
     const once = await runCli([], input);

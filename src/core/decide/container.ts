@@ -8,11 +8,11 @@
  */
 import type { Options } from '../options.js';
 import { PreflightError, type DocumentRef, type ErrorDetails } from '../errors.js';
-import { ANNOTATION_CONTAINERS, ANNOTATION_SKIP, imageIsVllmFamily, isHuggingfaceServerImage, mentionsVllmFlag, nameSelected, otherEngine, runsHuggingfaceServer, runsOnCpu, startsVllmInBackground, vllmEvidence } from './detect.js';
+import { ANNOTATION_CONTAINERS, ANNOTATION_SKIP, imageIsVllmFamily, isHuggingfaceServerImage, mentionsVllmFlag, nameSelected, otherEngine, runsHuggingfaceServer, runsOnCpu, shellRunsPreflight, startsVllmInBackground, vllmEvidence } from './detect.js';
 import { nvidiaGpuSignals, otherAccelerators, SIGNALS_CHECKED, type DeviceClaims, type GpuSignal } from '../tables/gpu.js';
 import { asBashWord, joinsAsOneCommand, kuberayStart, RAY_OVERWRITE_ANNOTATION, type RayStart } from './kuberay.js';
 import { parseImage, repositoryMatches } from '../tables/image-ref.js';
-import { renderPreflightScript } from '../preflight.js';
+import { PREFLIGHT_MARKER_PREFIX, renderPreflightScript } from '../preflight.js';
 import type { KeptAnchors } from '../yaml/edit.js';
 import { isWrapped, resolveStart, WRAPPER_COMMAND, type ContainerStart, type StartEvidence, type StartSources } from './start.js';
 import { readUtilization, type EnvVar, type Utilization } from './utilization.js';
@@ -163,6 +163,7 @@ export function decideContainer(input: ContainerInput, base: Pick<ContainerRepor
 
     const skipBecause = ((): string | undefined => {
       if (controls.skip) return `opted out by annotation ${ANNOTATION_SKIP}`;
+      if (!wrapped && shellRunsPreflight(written, PREFLIGHT_MARKER_PREFIX)) return 'its shell script already runs the vram-preflight wait (a wrapped start that KubeRay joined into its bash -lc line)';
       if (rayStart === 'ray-start') {
         if (controls.forced) report.warnings.push(`named by annotation ${ANNOTATION_CONTAINERS}, but KubeRay starts this Ray container as \`ray start\` (it gives no command or args): there is no start of its own to wait before, so it is not wrapped`);
         if (gpu.signals.length) report.notes.push('a vLLM that Ray starts on this GPU node (a Ray Serve deployment, a Ray actor) is not wrapped: it has no container start of its own to wait before');

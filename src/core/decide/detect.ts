@@ -48,6 +48,16 @@ export function argvStartsVllm(argv: readonly string[]): boolean {
   return false;
 }
 
+/**
+ * A shell script that already runs our wait: a wrapped start that KubeRay
+ * joined into its `bash -lc` line (the script is there as one quoted word).
+ * Wrapping it again (the webhook sees KubeRay's pod) would wait twice.
+ */
+export function shellRunsPreflight(argv: readonly string[], marker: string): boolean {
+  const start = withoutLaunchers(argv);
+  return SHELLS.has(basename(start[0] ?? '')) && start.slice(1).some((item) => item.includes(`'${marker}`));
+}
+
 /** A shell script that leaves vLLM running in the background: the wrap covers the container's start only. */
 export function startsVllmInBackground(argv: readonly string[]): boolean {
   const start = withoutLaunchers(argv);

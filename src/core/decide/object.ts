@@ -13,9 +13,8 @@ import { formatPath } from './values.js';
 import { decideContainer, type ArgvReader, type ContainerEdit, type ContainerReport, type PodControls } from './container.js';
 import { ANNOTATION_CONTAINERS, ANNOTATION_SKIP, ANNOTATION_UTILIZATION } from './detect.js';
 import type { StartSources } from './start.js';
-import { overwriteRequested, RAY_CONTAINER_INDEX, RAY_OVERWRITE_ANNOTATION } from './kuberay.js';
+import { overwriteRequested, RAY_CONTAINER_INDEX, RAY_OVERWRITE_ANNOTATION, rayServeRunsVllm } from './kuberay.js';
 import { containersStartingVllm, mentionsVllm } from './unrecognised.js';
-import { rayServeRunsVllm } from './kuberay.js';
 import { unwrappedGpuWorkers } from './multinode.js';
 
 type Plain = Record<string, unknown>;
