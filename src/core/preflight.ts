@@ -285,20 +285,28 @@ END {
 }`;
 
 /**
- * The awk program that advances the clock between polls. /proc/uptime only moves forward
- * (CLOCK_BOOTTIME), so its steps are taken as they are. Without it, `date +%s` is the clock:
- * whole seconds, and it jumps when the clock is set, so a step no round can take (backwards,
- * or longer than a pause, a query and 2 s) counts as one pause instead; with no clock at all
- * every round counts as one pause. Either way the timeout still fires, late rather than early.
+ * The awk program that advances the clock between polls; it never counts more time than
+ * has passed, so the timeout never fires early. /proc/uptime only moves forward
+ * (CLOCK_BOOTTIME), so its steps are taken as they are. Without it, `date +%s` is the
+ * clock: whole seconds, so a reading may be up to 1 s behind the true time, and a step
+ * between two readings may be 1 s more than the time that passed. So the elapsed time is
+ * counted from the whole second after the first reading (`zero` + 1: the wall-clock
+ * second at which the count stands at 0), and never less than the pauses slept since
+ * (each round sleeps at least one pause): at most 2 s short. The wall clock jumps when it
+ * is set, so a step no round can take (backwards, or longer than a pause, a query and
+ * 2 s) counts as one pause and the count starts afresh from there; with no clock at all
+ * every round counts as one pause. Either way the timeout fires late, never early.
  * Prints the elapsed seconds, the next query's limit (the per-query limit, cut to the time
- * that is left, at least 2 s) and whether this round logs (1) or not (0).
+ * that is left, at least 2 s), whether this round logs (1) or not (0), and `zero`.
  */
-const CLOCK_AWK = `BEGIN {
+export const CLOCK_AWK = `BEGIN {
   d = raw - prev
-  if (!(src == "u" && psrc == "u") && (src != psrc || src == "n" || d < 0 || d > poll + lim + 2)) d = poll
-  el += d; left = ts - el
+  if (src == "u" && psrc == "u") el += d
+  else if (src == "d" && psrc == "d" && d >= 0 && d <= poll + lim + 2) { el += poll; if (raw - zero - 1 > el) el = raw - zero - 1 }
+  else { el += poll; if (src == "d") zero = raw - el }
+  left = ts - el
   l = left < 2 ? 2 : int(left) + (left > int(left)); if (l > q) l = q
-  printf "%.3f %d %d\\n", el, l, (el - lg >= ls)
+  printf "%.3f %d %d %.3f\\n", el, l, (el - lg >= ls), zero
 }`;
 
 /**
@@ -351,6 +359,7 @@ export function renderPreflightScript(settings: PreflightSettings): string {
   const { headroom, timeout, poll, logEvery, mode, smiLimit } = checkOptions(settings);
   const msgFile = validPath(settings.terminationMessagePath);
   // The first query's limit: the per-query limit, cut to the whole timeout (at least 2 s), as CLOCK_AWK does later.
+  const pollWhole = Math.max(1, Math.ceil(Number(poll)));
   const firstLimit = Math.min(Number(smiLimit), Math.max(2, Number(timeout)));
 
   const script = `${PREFLIGHT_MARKER_PREFIX}${version}: wait for GPU memory, then exec vLLM
@@ -438,7 +447,7 @@ clock() {
 }
 # shellcheck disable=SC2016 # an awk program: its $ are awk's, not the shell's
 tick='${CLOCK_AWK}'
-clock; prev=$raw psrc=$src el=0 lim=${firstLimit} logit=1 lg=0 first=''
+clock; prev=$raw psrc=$src zero=$raw el=0 lim=${firstLimit} logit=1 lg=0 first=''
 while :; do
   poll & job=$!
   if wait "$job"; then v=0; else v=$?; fi
@@ -451,10 +460,11 @@ while :; do
   first=\${first:-$v}
   [ "$logit" = 0 ] || lg=$el
   sleep "$poll_s" & job=$!
-  if ! wait "$job"; then sleep 1 & job=$!; wait "$job" || :; fi
+  # A sleep that refuses fractions: whole seconds, never shorter than the pause (the clock counts on it).
+  if ! wait "$job"; then sleep ${pollWhole} & job=$!; wait "$job" || :; fi
   clock
-  r=\`awk -v raw="$raw" -v src="$src" -v prev="$prev" -v psrc="$psrc" -v el="$el" -v lg="$lg" -v poll="$poll_s" -v lim="$lim" -v q="$smi_limit_s" -v ts="$timeout_s" -v ls="$log_s" "$tick"\` || { unavailable "awk is missing or failed (exit status $?)"; break; }
-  el=\${r%% *} r=\${r#* } lim=\${r%% *} logit=\${r#* } prev=$raw psrc=$src
+  r=\`awk -v raw="$raw" -v src="$src" -v prev="$prev" -v psrc="$psrc" -v zero="$zero" -v el="$el" -v lg="$lg" -v poll="$poll_s" -v lim="$lim" -v q="$smi_limit_s" -v ts="$timeout_s" -v ls="$log_s" "$tick"\` || { unavailable "awk is missing or failed (exit status $?)"; break; }
+  el=\${r%% *} r=\${r#* } lim=\${r%% *} r=\${r#* } logit=\${r%% *} zero=\${r#* } prev=$raw psrc=$src
 done
 exec "$@"
 `;

@@ -296,11 +296,39 @@ describe.each(SHELLS)('faults under $name', (shell) => {
       expect(r.lines.at(-1)).toMatch(/GPU memory arrived after \d+\.\d s of waiting/);
     });
 
-    it('the timeout still fires without /proc/uptime', async () => {
+    // docs/restart-race.md: without /proc/uptime the timeout fires no earlier than timeout_s and at most
+    // 2 s + one round (a pause and a query) later; the upper bounds add scheduling slack.
+    it('the timeout still fires without /proc/uptime, never early', async () => {
       const r = await fault(shell, { lockdown: true, noProc: true, settings: { timeoutSeconds: 2 }, readings: [{ out: SHORT }] });
       expect(r.code).toBe(EXIT_TIMEOUT);
       expect(r.ms).toBeGreaterThanOrEqual(2000);
-      expect(r.ms).toBeLessThan(2000 + 8000);
+      expect(r.ms).toBeLessThan(2000 + 2000 + 6000);
+    });
+
+    it('a first reading just before a whole second ends does not make the timeout early', async () => {
+      const r = await fault(shell, {
+        lockdown: true,
+        noProc: true,
+        settings: { timeoutSeconds: 2 },
+        readings: [{ out: SHORT }],
+        fakeDate: 'second-ends',
+      });
+      expect(r.code).toBe(EXIT_TIMEOUT);
+      expect(r.ms).toBeGreaterThanOrEqual(2000);
+      expect(r.ms).toBeLessThan(2000 + 2000 + 6000);
+    });
+
+    it('a first reading just as a whole second begins makes it late by at most 2 s and a round', async () => {
+      const r = await fault(shell, {
+        lockdown: true,
+        noProc: true,
+        settings: { timeoutSeconds: 2 },
+        readings: [{ out: SHORT }],
+        fakeDate: 'second-begins',
+      });
+      expect(r.code).toBe(EXIT_TIMEOUT);
+      expect(r.ms).toBeGreaterThanOrEqual(2000);
+      expect(r.ms).toBeLessThan(2000 + 2000 + 6000);
     });
 
     it('a wall clock that jumps a day forward does not end the wait early, nor one that goes back stop it', async () => {

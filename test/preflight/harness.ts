@@ -110,8 +110,13 @@ export interface RunOptions {
   setup?: string;
   /** Replace the PATH tail (after the fake bin dir). */
   pathTail?: string;
-  /** A fake `date` first on PATH: 'jumps' prints 1000, then 87400 (set a day forward), then 50 (set back) from then on; 'broken' fails. */
-  fakeDate?: 'jumps' | 'broken';
+  /**
+   * A fake `date` first on PATH: 'jumps' prints 1000, then 87400 (set a day forward), then 50 (set back)
+   * from then on; 'broken' fails. 'second-ends' and 'second-begins' tell the true time in whole seconds,
+   * the first call 0.999 s before a whole second ends (the worst case for counting too much) or just as
+   * one begins (the worst case for counting too little).
+   */
+  fakeDate?: 'jumps' | 'broken' | 'second-ends' | 'second-begins';
 }
 
 export interface Run {
@@ -232,7 +237,14 @@ ${opts.sleepIntegerOnly ? `case "$1" in *.*) echo "sleep: invalid number '$1'" >
       join(bin, 'date'),
       opts.fakeDate === 'broken'
         ? '#!/bin/sh\necho "date: broken" >&2\nexit 1\n'
-        : `#!/bin/sh
+        : opts.fakeDate === 'second-ends' || opts.fakeDate === 'second-begins'
+          ? `#!/bin/sh
+now=$(${which('date')} +%s%N)
+[ -s ${sh(join(dir, 'date-start'))} ] || echo "$now" >${sh(join(dir, 'date-start'))}
+read -r start <${sh(join(dir, 'date-start'))}
+echo $(( 1000 + (now - start + ${opts.fakeDate === 'second-ends' ? 999_000_000 : 0}) / 1000000000 ))
+`
+          : `#!/bin/sh
 echo x >>${sh(join(dir, 'date-calls'))}
 case $(wc -l <${sh(join(dir, 'date-calls'))}) in 1) echo 1000 ;; 2) echo 87400 ;; *) echo 50 ;; esac
 `,
