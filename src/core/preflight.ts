@@ -333,6 +333,22 @@ BEGIN {
   f = sprintf("%06d", m); sub(/0+$/, "", f); print "0." f
 }`;
 
+/**
+ * The awk program that lists the descendants of process `root`, one pid a line, from the
+ * /proc/PID/stat files it is given (the parent is the 4th field, after the command name in
+ * parentheses, which may itself hold spaces and parentheses). It lists nothing unless /proc
+ * says root's parent is `dad`: pids from a /proc of another PID namespace are not ours.
+ */
+const TREE_AWK = `BEGIN {
+  for (i = 1; i < ARGC; i++) if ((getline s < ARGV[i]) > 0) {
+    close(ARGV[i]); split(ARGV[i], f, "/"); sub(/.*[)] /, "", s); split(s, w, " "); up[f[3]] = w[2]
+  }
+  if (dad == "" || up[root] != dad) exit
+  kin[root] = 1; more = 1
+  while (more) { more = 0; for (p in up) if (!(p in kin) && ((up[p]) in kin)) { kin[p] = 1; more = 1 } }
+  for (p in kin) if (p != root) print p
+}`;
+
 /** Formats nvidia-smi --query-compute-apps output for the timeout message. */
 const APPS_AWK = `-F', *' 'NF >= 2 { a = a (a ? ", " : "") "pid " $1 " (" $2 " MiB)" } END { print a ? a : "none that nvidia-smi can see from this container (look on the node)" }'`;
 
@@ -391,13 +407,29 @@ ${util === 'from-args' ? FROM_ARGS : ''}# A shell runs traps only between comman
 # As PID 1 the shell ignores signals it does not trap. The job gets KILL: a child
 # still holds this shell's handler between its fork and its exec, and would lose a TERM.
 job=''
-stop() { kill -KILL "$job" 2>/dev/null || :; say "$1 while waiting for GPU memory, exiting"; exit "$2"; }
+# KILL process $1 and all its descendants (found in /proc; stopped first, so none forks
+# unseen). $2: the pid of the parent of $1 in /proc; a /proc of another PID namespace fails
+# that check, and then, as without /proc, only $1 is killed.
+reap() {
+  for sig in STOP KILL; do
+    kin=\`awk -v root="$1" -v dad="$2" "$tree" /proc/[0-9]*/stat 2>/dev/null\` || kin=''
+    # shellcheck disable=SC2086 # a list of pids
+    kill -$sig "$1" $kin 2>/dev/null || :
+  done
+}
+# shellcheck disable=SC2016 # an awk program: its $ are awk's, not the shell's
+tree='${TREE_AWK}'
+read -r me _ 2>/dev/null </proc/self/stat || me=''
+stop() {
+  [ -z "$job" ] || reap "$job" "$me"
+  say "$1 while waiting for GPU memory, exiting"; exit "$2"
+}
 trap 'stop SIGTERM ${EXIT_SIGTERM}' TERM
 trap 'stop SIGINT ${EXIT_SIGINT}' INT
-# nvidia-smi's deadline: after $lim s, KILL it (a process stuck in the driver may ignore
-# TERM) and exit 1; exit 0 when told (TERM) that it answered in time. The TERM may come
-# before the sleep's pid is known: quit remembers it. The sleep gets KILL: a TERM sent
-# between its fork and its exec is lost. It must not hold the capture (or stderr) open.
+# nvidia-smi's deadline: after $lim s, KILL it and all it started (a process stuck in the
+# driver may ignore TERM) and exit 1; exit 0 when told (TERM) that it answered in time. The
+# TERM may come before the sleep's pid is known: quit remembers it. The sleep gets KILL: a
+# TERM sent between its fork and its exec is lost. It must not hold the capture (or stderr) open.
 deadline() {
   s='' quit=''
   trap 'quit=1; [ -z "$s" ] || kill -KILL "$s" 2>/dev/null || :' TERM
@@ -406,13 +438,21 @@ deadline() {
   wait "$s" 2>/dev/null || wait "$s" 2>/dev/null || :
   [ -z "$quit" ] || exit 0
   trap '' TERM
-  kill -KILL "$1" 2>/dev/null || :
+  read -r _ _ _ dad _ 2>/dev/null </proc/self/stat || dad=''
+  reap "$1" "$dad"
   exit 1
+}
+# nvidia-smi "$@", its output read here and passed on: killing this subshell ends the
+# capture even if a process stuck in the driver (deaf to KILL) holds the output of nvidia-smi.
+fetch() {
+  if o=\`nvidia-smi "$@"\`; then rc=0; else rc=$?; fi
+  [ -z "$o" ] || printf '%s\\n' "$o"
+  exit "$rc"
 }
 # nvidia-smi "$@", for at most $lim s: prints its output, returns its status or 124 when it
 # was killed for taking too long. Not timeout(1): images differ in having one, and in which.
 smi() {
-  nvidia-smi "$@" & q=$!
+  fetch "$@" & q=$!
   deadline "$q" & d=$!
   if wait "$q" 2>/dev/null; then rc=0; else rc=$?; fi
   kill "$d" 2>/dev/null || :

@@ -25,6 +25,7 @@ import {
   cleanupTempDirs,
   delay,
   gpuLine,
+  leftovers,
   nsPid,
   run,
   settle,
@@ -107,6 +108,51 @@ describe.each(SHELLS)('faults under $name', (shell) => {
       expect(r.lines[0]).toMatch(HUNG(1));
       expect(r.smiPids).toHaveLength(1);
       await nothingLeft(r);
+    });
+
+    // reproducer v0.2/preflight-nvidia-smi-child-holds-pipe: a wrapper's child kept the capture open for ever
+    it.each([
+      ['warn', false],
+      ['fail', false],
+      ['warn', true],
+      ['fail', true],
+    ] as const)('a wrapper whose child hangs holding the output: %s mode (PID 1: %s) ends at the per-query limit, nothing left running', async (mode, pid1) => {
+      const r = await run(shell, {
+        pid1,
+        readings: [{ out: '', hang: true, hangIn: 'child' }],
+        settings: { timeoutSeconds: 4, nvidiaSmiTimeoutSeconds: 2, onNvidiaSmiUnavailable: mode },
+      });
+      if (mode === 'warn') {
+        execed(r);
+        expect(r.lines[0]).toMatch(WARN);
+      } else {
+        expect(r.code).toBe(EXIT_NVIDIA_SMI_UNAVAILABLE);
+        notExeced(r);
+        expect(r.lines.at(-1)).toMatch(FAIL);
+      }
+      expect(r.lines.at(-1)).toMatch(HUNG(2));
+      expect(r.ms).toBeGreaterThanOrEqual(2000);
+      expect(r.ms).toBeLessThan(2000 + 5000);
+      onlyOurLines(r);
+      await nothingLeft(r);
+    });
+
+    it('a process that holds the output and cannot be stopped does not hold the script: it goes on at the limit', async () => {
+      const h = start(shell, {
+        readings: [{ out: '', hang: true, hangIn: 'escaped' }],
+        settings: { timeoutSeconds: 30, nvidiaSmiTimeoutSeconds: 1, onNvidiaSmiUnavailable: 'fail' },
+      });
+      const t0 = performance.now();
+      const ms = (await h.exited) - t0;
+      // the escaped copy still holds the shell's stderr, so the run is only "done" once it is gone
+      const left = leftovers(h.dir);
+      for (const p of left) process.kill(p.pid, 'SIGKILL');
+      const r = await h.done;
+      expect(r.code).toBe(EXIT_NVIDIA_SMI_UNAVAILABLE);
+      expect(r.lines.at(-1)).toMatch(HUNG(1));
+      expect(ms).toBeGreaterThanOrEqual(1000 - 100);
+      expect(ms).toBeLessThan(1000 + 5000);
+      expect(left.map((p) => p.cmd)).toEqual([expect.stringMatching(/sleep 100000$/)]); // only the escaped copy
     });
 
     it('slow but under the limit: waits for the answer and goes on polling', async () => {
@@ -194,9 +240,27 @@ describe.each(SHELLS)('faults under $name', (shell) => {
       notExeced(r);
       expect(r.lines.at(-1)).toBe(`vram-preflight: ${sig} while waiting for GPU memory, exiting`);
       onlyOurLines(r);
-      // As PID 1 its exit ends the namespace at once; otherwise the query's own deadline
-      // (3 s here) still ends nvidia-smi: nothing is left either way.
-      await nothingLeft(r, pid1 ? 2000 : 3000 + 3000);
+      // As PID 1 its exit ends the namespace at once; otherwise it kills what it started
+      // before it exits (not left to the query's own 3 s deadline): nothing is left either way.
+      await nothingLeft(r, 1500);
+    });
+
+    // reproducer v0.2/preflight-sigterm-leaves-children: not PID 1 (tini, shareProcessNamespace)
+    it.each([
+      ['a slow query', { readings: [{ out: FREE, delay: 8 }] }, () => true],
+      ['a wrapper whose child hangs', { readings: [{ out: '', hang: true, hangIn: 'child' as const }] }, () => true],
+      ['the pause between polls', { readings: [{ out: SHORT }], settings: { pollIntervalSeconds: 20 } }, (h: { queries(): string[] }) => h.queries().length >= 1],
+    ])('not PID 1, SIGTERM during %s: exit 143, and nothing it started outlives it', async (_n, opts, ready) => {
+      const h = start(shell, { ...opts, settings: { nvidiaSmiTimeoutSeconds: 10, timeoutSeconds: 60, ...opts.settings } });
+      await waitFor(() => h.queries().length >= 1 && ready(h));
+      await delay(300); // inside the query or the pause
+      process.kill(await h.shellPid(), 'SIGTERM');
+      const r = await h.done;
+      expect(r.code, r.stderr).toBe(EXIT_SIGTERM);
+      notExeced(r);
+      expect(r.lines.at(-1)).toBe('vram-preflight: SIGTERM while waiting for GPU memory, exiting');
+      onlyOurLines(r);
+      await nothingLeft(r, 1000); // far less than the 8 s query, the 10 s limit or the 20 s pause
     });
   });
 

@@ -52,6 +52,12 @@ export interface Reading {
   hang?: boolean;
   /** While hanging, ignore SIGTERM (only KILL ends it). */
   ignoreTerm?: boolean;
+  /**
+   * Hang in a process the fake starts, which keeps its stdout open: 'child' is a wrapper script
+   * waiting for it; 'escaped' leaves a copy that is no longer its descendant (as a process stuck in
+   * the driver, which no signal ends, stands for one the script cannot stop).
+   */
+  hangIn?: 'child' | 'escaped';
 }
 
 export const TOTAL = 143771;
@@ -196,7 +202,7 @@ export function start(shell: ShellKind, opts: RunOptions = {}): Run {
     writeFileSync(join(dir, `reading.${i + 1}`), r.out);
     writeFileSync(join(dir, `reading.${i + 1}.rc`), String(r.rc ?? 0));
     writeFileSync(join(dir, `reading.${i + 1}.delay`), String(r.delay ?? 0));
-    writeFileSync(join(dir, `reading.${i + 1}.hang`), r.hang ? (r.ignoreTerm ? 'ignore-term' : 'hang') : '');
+    writeFileSync(join(dir, `reading.${i + 1}.hang`), r.hang ? (r.hangIn ?? (r.ignoreTerm ? 'ignore-term' : 'hang')) : '');
   });
   writeFileSync(join(dir, 'apps'), opts.apps ?? '');
 
@@ -215,6 +221,8 @@ n=$(wc -l <"$D/queries"); n=$((n))
 case $(cat "$D/reading.$n.hang") in
 hang) exec ${realSleep} 100000 ;;
 ignore-term) trap '' TERM; exec ${realSleep} 100000 ;;
+child) ${realSleep} 100000; exit 0 ;;
+escaped) (${realSleep} 100000 &); exec ${realSleep} 100000 ;;
 esac
 ${realSleep} "$(cat "$D/reading.$n.delay")"
 cat "$D/reading.$n"

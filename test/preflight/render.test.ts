@@ -76,10 +76,11 @@ describe('renderPreflightScript text', () => {
     expect(kubeExpand('a $(HOME) $$ $(NOPE) $x', { HOME: '/x' })).toBe('a /x $ $(NOPE) $x');
   });
 
-  it('stays small: under 12 KiB (an arg of every wrapped container), comments under a third of the shell lines', () => {
+  // 14 KiB since 0.2.x: killing what a hung query started, and reading past it, cost 1.6 KiB
+  it('stays small: under 14 KiB (an arg of every wrapped container), comments under a third of the shell lines', () => {
     for (const v of variants) {
       const s = renderPreflightScript(v);
-      expect(s.length).toBeLessThan(12 * 1024);
+      expect(s.length).toBeLessThan(14 * 1024);
       const lines = s.split('\n');
       expect(lines.filter((l) => l.startsWith('#')).length).toBeLessThanOrEqual(45);
     }
