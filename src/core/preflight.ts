@@ -116,16 +116,25 @@ function plainDecimal(v: number, maxDecimals: number): string | undefined {
 }
 
 /**
- * A utilization written the way Python's float() reads it (sign, digits with an optional
- * point, optional exponent), rounded UP to 6 decimals and spelled `1` or `0.DDDDDD` without
- * trailing zeros; undefined unless 0 < value <= 1. Exact: works on the digits, not on a
- * binary float. Rounding up asks for at most 1e-6 x total more, 1 MiB on a 143 GiB GPU.
- * The script's UTIL_AWK does the same for a value read at run time.
+ * What Python's float() reads (vLLM's argparse type for --gpu-memory-utilization), in ASCII:
+ * a sign, digits with an optional point, an optional exponent; `_` between two digits; ASCII
+ * whitespace around it (" \t\n\v\f\r": a Secret made with --from-file ends in a newline).
+ * float() also reads non-ASCII digits and spaces, "inf" and "nan": none of them is taken here.
+ */
+const PY_FLOAT = /^([+-]?)((?:\d+(?:_\d+)*)?\.\d+(?:_\d+)*|\d+(?:_\d+)*\.?)(?:[eE]([+-]?\d+(?:_\d+)*))?$/;
+const PY_SPACE = /^[ \t\n\v\f\r]+|[ \t\n\v\f\r]+$/g;
+
+/**
+ * A utilization written the way Python's float() reads it (PY_FLOAT), rounded UP to 6
+ * decimals and spelled `1` or `0.DDDDDD` without trailing zeros; undefined unless
+ * 1e-323 <= value <= 1 (below that float() reads 0 or a denormal). Exact: works on the
+ * digits, not on a binary float. Rounding up asks for at most 1e-6 x total more, 1 MiB on
+ * a 143 GiB GPU. The script's UTIL_AWK does the same for a value read at run time.
  */
 export function roundUtilizationUp(text: string): string | undefined {
-  const m = /^([+-]?)(\d+\.?\d*|\.\d+)(?:[eE]([+-]?\d+))?$/.exec(text.trim());
+  const m = PY_FLOAT.exec(text.replace(PY_SPACE, ''));
   if (!m || m[1] === '-') return undefined;
-  const mantissa = m[2]!;
+  const mantissa = m[2]!.replaceAll('_', '');
   const dot = mantissa.indexOf('.');
   let digits = mantissa.replace('.', '');
   let point = dot < 0 ? mantissa.length : dot; // value = 0.digits x 10^point
@@ -133,8 +142,8 @@ export function roundUtilizationUp(text: string): string | undefined {
   digits = digits.slice(lead);
   point -= lead;
   if (digits === '') return undefined; // zero
-  point += Number(m[3] ?? 0);
-  if (point > 1) return undefined; // >= 10
+  point += Number((m[3] ?? '0').replaceAll('_', ''));
+  if (point > 1 || point < -322) return undefined; // >= 10, or < 1e-323
   const n = point + PREFLIGHT_LIMITS.utilizationMaxDecimals;
   let micro = n < 1 ? 1 : Number(digits.slice(0, n).padEnd(n, '0'));
   if (n >= 1 && /[1-9]/.test(digits.slice(n))) micro++;
@@ -310,21 +319,22 @@ export const CLOCK_AWK = `BEGIN {
 }`;
 
 /**
- * The awk program that reads a run-time --gpu-memory-utilization (-v v=TEXT) the way
- * roundUtilizationUp() does: Python float syntax, 0 < value <= 1, rounded UP to 6 decimals,
- * digit by digit (no binary float in between). Prints the value; exits 1 when it is invalid.
+ * The awk program that reads a run-time --gpu-memory-utilization (from the environment, as
+ * `u`: -v would turn backslashes into escapes) the way roundUtilizationUp() does: Python
+ * float syntax, 1e-323 <= value <= 1, rounded UP to 6 decimals, digit by digit (no binary
+ * float in between). Prints the value; exits 1 when it is invalid.
  */
-const UTIL_AWK = `function dec(x) { sub(/^0+/, "", x); return x + 0 }
+export const UTIL_AWK = `function dec(x) { sub(/^0+/, "", x); return x + 0 }
 BEGIN {
-  s = v
-  if (s !~ /^[+]?([0-9]+[.]?[0-9]*|[.][0-9]+)([eE][-+]?[0-9]+)?$/) exit 1
-  sub(/^[+]/, "", s); e = 0
+  s = ENVIRON["u"]; gsub(/^[ \\t\\n\\v\\f\\r]+|[ \\t\\n\\v\\f\\r]+$/, "", s)
+  if (s !~ /^[+]?(([0-9]+(_[0-9]+)*)?[.][0-9]+(_[0-9]+)*|[0-9]+(_[0-9]+)*[.]?)([eE][-+]?[0-9]+(_[0-9]+)*)?$/) exit 1
+  gsub(/_/, "", s); sub(/^[+]/, "", s); e = 0
   if (match(s, /[eE]/)) { x = substr(s, RSTART + 1); s = substr(s, 1, RSTART - 1); neg = sub(/^-/, "", x); sub(/^[+]/, "", x); e = neg ? -dec(x) : dec(x) }
   p = index(s, ".")
   if (p) { s = substr(s, 1, p - 1) substr(s, p + 1); p-- } else p = length(s)
   while (substr(s, 1, 1) == "0") { s = substr(s, 2); p-- }
   if (s == "") exit 1
-  p += e; if (p > 1) exit 1
+  p += e; if (p > 1 || p < -322) exit 1
   n = p + 6
   if (n < 1) m = 1
   else { t = substr(s, 1, n); while (length(t) < n) t = t "0"; m = dec(t); if (substr(s, n + 1) ~ /[1-9]/) m++ }
@@ -365,7 +375,7 @@ for a in "$@"; do
 done
 [ -n "$u_seen" ] || die ${EXIT_BAD_UTILIZATION} 'cannot wait for GPU memory: the start has no --gpu-memory-utilization argument, and this preflight reads the utilization from there; not starting vLLM'
 # shellcheck disable=SC2016 # an awk program: its $ are awk's, not the shell's
-util=\`awk -v v="$u_raw" '${UTIL_AWK}'\` || die ${EXIT_BAD_UTILIZATION} "cannot wait for GPU memory: --gpu-memory-utilization \\"$u_raw\\" in the start's arguments is not a number with 0 < u <= 1; not starting vLLM"
+util=\`u=$u_raw awk '${UTIL_AWK}'\` || die ${EXIT_BAD_UTILIZATION} "cannot wait for GPU memory: --gpu-memory-utilization \\"$u_raw\\" in the start's arguments is not a number with 0 < u <= 1; not starting vLLM"
 `;
 
 export function renderPreflightScript(settings: PreflightSettings): string {

@@ -438,6 +438,12 @@ describe.each(SHELLS)('utilization from the start\'s arguments under $name', (sh
     [['--gpu-memory-utilization', '1.0E0'], '1'],
     [['--gpu-memory-utilization', '0.99999999'], '1'],
     [['--gpu-memory-utilization', '5e-9'], '0.000001'],
+    // reproducer v0.2/preflight-utilization-with-whitespace: float() strips ASCII whitespace
+    [['--gpu-memory-utilization', '0.9\n'], '0.9'],
+    [['--gpu-memory-utilization', ' 0.9'], '0.9'],
+    [['--gpu-memory-utilization', '0.9\r'], '0.9'],
+    [['--gpu-memory-utilization=\t0.8\r\n'], '0.8'],
+    [['--gpu-memory-utilization', '0.9_5'], '0.95'],
   ])('%j: waits for %s of each GPU', async (args, shown) => {
     const r = await run(shell, { settings: fromArgs, readings: [{ out: gpuLine(0, 143771) }], args });
     execed(r, args);
@@ -455,6 +461,10 @@ describe.each(SHELLS)('utilization from the start\'s arguments under $name', (sh
     [['--gpu-memory-utilization', '-0.5'], '"-0.5"'],
     [['--gpu-memory-utilization', '0x1'], '"0x1"'],
     [['--gpu-memory-utilization', 'nan'], '"nan"'],
+    [['--gpu-memory-utilization', '0.9\\n'], '"0.9\\n"'],
+    [['--gpu-memory-utilization', '0.9_'], '"0.9_"'],
+    [['--gpu-memory-utilization', '0. 9'], '"0. 9"'],
+    [['--gpu-memory-utilization', '1e-400'], '"1e-400"'],
     [['--gpu-memory-utilization', '$(GPU_UTIL)'], '"$(GPU_UTIL)"'],
     [['--gpu-memory-utilization', '0.9', '--gpu-memory-utilization', 'x'], '"x"'],
   ])('%j: exits 78 naming the wait and the value, before any nvidia-smi query', async (args, msg) => {
