@@ -244,7 +244,8 @@ export function checkPreflightOptions(o: PreflightOptions): void {
  * Inputs come in with -v (see poll() in the script below); `el` is the elapsed time.
  * Integer-exact need: utilization "0.9" becomes 9/10 and need = ceil(total*9/10);
  * total <= 1e8 MiB and numerator <= 1e6 keep every product below 2^53, where awk's
- * doubles are exact and int(x/den) is the true floor. dec() strips leading zeros
+ * doubles are exact and int(x/den) is the true floor. A reading that cannot be true (no
+ * number, over 1e8 MiB, a total of 0, more free than total) is an unreadable GPU, never "enough". dec() strips leading zeros
  * because busybox awk reads "010" as octal.
  * The exit status of a waiting poll is 32 + the number of GPUs listed (capped at 31),
  * so the loop can hand the first count back in `first` and a later reading that lists
@@ -278,7 +279,7 @@ END {
   for (i = length(d[2]); i > 0; i--) den *= 10
   nu = dec(d[1]) * den + dec(d[2])
   for (j = 1; j <= k && !bad; j++) if (sel[j]) {
-    if (!num(tot[j]) || !num(fr[j]) || dec(tot[j]) > 1e8) { bad = "GPU " id[j] " memory reads total=" tot[j] " free=" fr[j]; break }
+    if (!num(tot[j]) || !num(fr[j]) || dec(tot[j]) > 1e8 || dec(tot[j]) == 0 || dec(fr[j]) > dec(tot[j])) { bad = "GPU " id[j] " memory reads total=" tot[j] " free=" fr[j]; break }
     x = dec(tot[j]) * nu; need = int(x / den); if (need * den < x) need++
     need += h; n++
     gap = need - dec(fr[j])
