@@ -2,7 +2,8 @@
 # The one command that runs every test on a fresh machine (CI runs it through
 # .ci/run): installs the Debian packages the tests execute (real shells, the
 # linters and tools: shellcheck, unzip, hyperfine; docker-registry, skopeo and
-# openssl for the registry lookup tests; git and gpg for the release tests),
+# openssl for the registry lookup tests; git and gpg for the release tests;
+# python3-jsonpatch to apply the webhook's patches),
 # the npm dependencies and the real helm binaries, builds the bundle,
 # type-checks, then runs vitest.
 set -euo pipefail
@@ -14,6 +15,8 @@ missing=()
 for entry in "${packages[@]}"; do
   command -v "${entry%%:*}" >/dev/null 2>&1 || missing+=("${entry#*:}")
 done
+# Python modules for Debian's own python3 (an independent RFC 6902 implementation for the JSON Patch tests)
+/usr/bin/python3 -c 'import jsonpatch' >/dev/null 2>&1 || missing+=(python3-jsonpatch)
 if [ "${#missing[@]}" -gt 0 ]; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
     echo "test.sh: installing ${missing[*]}"

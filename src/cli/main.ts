@@ -25,6 +25,7 @@ import { checkPreflightOptions } from '../core/preflight.js';
 import type { ImageStartAnswer, LookupFailure, RegistryOptions } from '../registry/index.js';
 import type { StreamText } from '../core/yaml/stream.js';
 import { transform, type TransformResult } from '../core/transform.js';
+import { withLookups } from '../core/lookups.js';
 import { VERSION } from '../core/version.js';
 
 export interface CliIO {
@@ -227,11 +228,9 @@ async function resolveImages(images: readonly string[], options: Options, io: Cl
  * The transform, and once more with registry answers when it found images
  * only their registry can place (the lookup is I/O, so it stays out here).
  */
-async function transformWithLookups(input: StreamText, options: Options, io: CliIO): Promise<TransformResult> {
-  const first = transform(input, options);
-  if (first.wantedImages.length === 0 || options.registryLookup === 'never' || !io.lookupImageStarts) return first;
-  const answers = await io.lookupImageStarts(first.wantedImages, registryOptions(options, io.env));
-  return transform(input, options, { registry: answers });
+function transformWithLookups(input: StreamText, options: Options, io: CliIO): Promise<TransformResult> {
+  const lookup = io.lookupImageStarts && ((images: readonly string[]) => io.lookupImageStarts!(images, registryOptions(options, io.env)));
+  return withLookups((registry) => transform(input, options, { registry }), options.registryLookup, lookup);
 }
 
 /** Helm 4 runs the plugin with this in the environment (Helm 3 runs a post-renderer as a bare executable). */

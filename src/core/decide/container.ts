@@ -1,22 +1,22 @@
 /**
  * The decision for one container: is it a target (vLLM on an NVIDIA GPU),
- * what does it run, how much memory will vLLM ask for, and which edit wraps
- * it. Everything it reads comes in as values and nodes; it returns a report
- * and, for a target, the edit.
+ * what does it run, how much memory will vLLM ask for, and what its start
+ * becomes. Everything it reads comes in as plain values, and its command and
+ * args through the door's reader (YAML nodes for a render, JSON arrays for an
+ * admitted pod); it returns a report and, for a target, the intended start.
+ * Writing that start (a text edit, a JSON Patch) is the caller's.
  */
-import type { YAMLMap } from 'yaml';
 import type { Options } from '../options.js';
 import { PreflightError, type DocumentRef, type ErrorDetails } from '../errors.js';
 import { ANNOTATION_CONTAINERS, ANNOTATION_SKIP, imageIsVllmFamily, isHuggingfaceServer, mentionsVllmFlag, nameSelected, runsOnCpu, startsVllmInBackground, vllmEvidence } from './detect.js';
 import { nvidiaGpuSignals, SIGNALS_CHECKED, type DeviceClaims, type GpuSignal } from '../tables/gpu.js';
 import { parseImage, repositoryMatches } from '../tables/image-ref.js';
 import { renderPreflightScript } from '../preflight.js';
-import { readArgv, startEdits, type KeptAnchors, type TextEdit } from '../yaml/edit.js';
+import type { KeptAnchors } from '../yaml/edit.js';
 import { isWrapped, resolveStart, WRAPPER_COMMAND, type ContainerStart, type StartEvidence, type StartSources } from './start.js';
 import { readUtilization, type EnvVar, type Utilization } from './utilization.js';
-import type { IntendedStart, ValuePath } from '../yaml/verify.js';
+import type { IntendedStart, ValuePath } from './values.js';
 import { VERSION } from '../version.js';
-import type { ParsedDocument } from '../yaml/nodes.js';
 
 export type Action = 'wrap' | 'rewrap' | 'unchanged' | 'unwrap' | 'skip' | 'cannot-wrap' | 'error';
 
@@ -51,17 +51,25 @@ export interface PodControls {
   utilizationAnnotation?: { key: string; value: string };
 }
 
+/** A container's `command` or `args` as the cluster reads them: null when absent, null or empty. */
+export interface ArgvRead {
+  items: string[] | null;
+  /** Labels on the items that must travel with them (YAML anchors); opaque to the decision. */
+  anchors?: (string | undefined)[];
+}
+
+/** Reads a container's command or args; throws PreflightError when they cannot be read as lists of strings. */
+export type ArgvReader = (key: 'command' | 'args') => ArgvRead;
+
 export interface ContainerInput {
-  node: YAMLMap;
   value: Record<string, unknown>;
-  /** Path of the container in the document's value, for the after-edit check. */
+  readArgv: ArgvReader;
+  /** Path of the container in the document's value. */
   path: ValuePath;
   podSpec: Record<string, unknown>;
-  doc: ParsedDocument;
-  /** The text node ranges refer to (the chunk). */
-  text: string;
-  nl: '\n' | '\r\n';
   controls: PodControls;
+  /** Leave a container that is already wrapped exactly as it is (the webhook: the render or a reinvocation wrapped it). */
+  keepWrapped?: boolean;
   claims: DeviceClaims;
   options: Options;
   sources: StartSources;
@@ -69,9 +77,10 @@ export interface ContainerInput {
   onWanted: (image: string) => void;
 }
 
+/** The start a container gets, and the labels its old items carry to their new places. */
 export interface ContainerEdit {
-  edits: TextEdit[];
   intended: IntendedStart;
+  anchors: KeptAnchors;
 }
 
 export interface ContainerDecision {
@@ -118,15 +127,20 @@ function keptAnchors(command: (string | undefined)[] | undefined, args: (string 
 }
 
 export function decideContainer(input: ContainerInput, base: Pick<ContainerReport, 'document' | 'workload' | 'template'>): ContainerDecision {
-  const { node, value: container, doc, text, options, controls, context } = input;
+  const { value: container, options, controls, context } = input;
   const name = String(container.name ?? '?');
   const image = typeof container.image === 'string' ? container.image : undefined;
   const gpu = nvidiaGpuSignals({ container, podSpec: input.podSpec, claims: input.claims });
   const report: ContainerReport = { ...base, container: name, initContainer: false, image, action: 'skip', reason: '', gpus: gpu.signals.map((s) => s.detail), gpuSignals: gpu.signals, warnings: [], notes: [] };
   try {
-    const command = readArgv(node, 'command', doc, text, context);
-    const args = readArgv(node, 'args', doc, text, context);
+    const command = input.readArgv('command');
+    const args = input.readArgv('args');
     const wrapped = isWrapped(command.items, args.items);
+    if (wrapped && input.keepWrapped) {
+      report.action = 'unchanged';
+      report.reason = 'already wrapped (by vram-preflight at render time, or by this webhook before)';
+      return { report };
+    }
     const written = wrapped ? args.items!.slice(2) : [...(command.items ?? []), ...(args.items ?? [])];
     let start: ContainerStart | undefined;
     const resolve = (): ContainerStart => (start ??= resolveStart({ command: command.items, args: args.items, image }, input.sources, context, input.onWanted));
@@ -179,7 +193,7 @@ export function decideContainer(input: ContainerInput, base: Pick<ContainerRepor
       report.action = 'unwrap';
       report.reason += '; restoring the start an earlier vram-preflight wrapped';
       const anchors = keptAnchors(command.anchors, args.anchors, true, 0, 0, true);
-      return { report, edit: { edits: startEdits(text, node, written, null, input.nl, context, anchors), intended: { path: input.path, command: written, args: null } } };
+      return { report, edit: { anchors, intended: { path: input.path, command: written, args: null } } };
     }
     if (controls.forced && gpu.signals.length === 0) report.warnings.push('no NVIDIA GPU signal: the wait will see whatever GPUs nvidia-smi shows');
 
@@ -228,7 +242,7 @@ export function decideContainer(input: ContainerInput, base: Pick<ContainerRepor
     report.action = wrapped ? 'rewrap' : 'wrap';
     const fromImage = command.items === null && !wrapped ? known.start.length - (args.items?.length ?? 0) : 0;
     const anchors = keptAnchors(command.anchors, args.anchors, wrapped, command.items?.length ?? 0, fromImage, false);
-    return { report, edit: { edits: startEdits(text, node, WRAPPER_COMMAND, newArgs, input.nl, context, anchors), intended: { path: input.path, command: WRAPPER_COMMAND, args: newArgs } } };
+    return { report, edit: { anchors, intended: { path: input.path, command: WRAPPER_COMMAND, args: newArgs } } };
   } catch (caught) {
     if (!(caught instanceof PreflightError)) throw caught;
     // The script renderer knows values, not containers: name the container in its errors.

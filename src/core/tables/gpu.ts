@@ -51,6 +51,23 @@ export function recordDeviceClaim(claims: DeviceClaims, object: Plain): void {
   if (object.kind === 'ResourceClaimTemplate') claims.templates.set(name, deviceClassesOf(asObject(object.spec)?.spec));
 }
 
+/**
+ * The DRA objects a pod spec refers to, by name: a door that sees only the
+ * pod (the webhook) reads them from the cluster and records them.
+ */
+export function claimReferences(podSpec: unknown): { claims: string[]; templates: string[] } {
+  const refs = { claims: [] as string[], templates: [] as string[] };
+  const list = asObject(podSpec)?.resourceClaims;
+  if (!Array.isArray(list)) return refs;
+  for (const entry of list) {
+    // Kubernetes 1.31+ puts the reference at the top; 1.26-1.30 under `source`.
+    const ref = { ...asObject(asObject(entry)?.source), ...asObject(entry) };
+    if (typeof ref.resourceClaimTemplateName === 'string') refs.templates.push(ref.resourceClaimTemplateName);
+    else if (typeof ref.resourceClaimName === 'string') refs.claims.push(ref.resourceClaimName);
+  }
+  return refs;
+}
+
 export interface GpuSignal {
   /** Which row of the table fired. */
   signal: 'resource' | 'runtimeClass' | 'visibleDevices' | 'dra';
