@@ -334,7 +334,7 @@ print(json.dumps(out))`;
     expect(r.status, r.stderr).toBe(0);
     const floats = JSON.parse(r.stdout) as Array<number | null>;
     ascii.forEach(([v, want], i) => {
-      const f = floats[i];
+      const f = floats[i] ?? null;
       expect(want === undefined, JSON.stringify(v)).toBe(f === null);
       if (f !== null) expect(Number(want) - f).toBeGreaterThanOrEqual(0);
     });
