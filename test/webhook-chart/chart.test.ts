@@ -22,7 +22,7 @@ const ROOT = path.join(import.meta.dirname, '../..');
 const CHART = path.join(ROOT, 'deploy/webhook');
 const HELMS = { v3: path.join(ROOT, '.cache/helm/v3/helm'), v4: path.join(ROOT, '.cache/helm/v4/helm') } as const;
 type Helm = keyof typeof HELMS;
-type K8s = { apiVersion: string; kind: string; metadata: { name: string; namespace?: string; annotations?: Record<string, string> }; [k: string]: any };
+type K8s = { apiVersion: string; kind: string; metadata: { name: string; namespace?: string; labels?: Record<string, string>; annotations?: Record<string, string> }; [k: string]: any };
 
 const RELEASE = 'gate';
 const NAMESPACE = 'vram-preflight';
