@@ -189,6 +189,8 @@ describe.each(Object.keys(HELMS) as Helm[])('helm %s', (which) => {
       const deployment = only(all, 'Deployment');
       const pod = deployment.spec.template.spec;
       expect(deployment.spec.replicas).toBe(2);
+      expect(pod.terminationGracePeriodSeconds).toBeGreaterThan(15); // the webhook drains for up to 15 s on SIGTERM
+      expect(pod.volumes.find((v: { name: string }) => v.name === 'tmp')).toMatchObject({ emptyDir: {} });
       expect(pod.securityContext).toMatchObject({ runAsNonRoot: true, runAsUser: 65532, seccompProfile: { type: 'RuntimeDefault' } });
       expect(pod.containers).toHaveLength(1);
       const container = pod.containers[0];
@@ -291,6 +293,16 @@ describe.each(Object.keys(HELMS) as Helm[])('helm %s', (which) => {
     const file = only(all, 'ConfigMap').data['config.yaml'];
     expect(parseYaml(file)).toEqual({ timeoutSeconds: 600, images: [{ repository: 'corp/vllm', entrypoint: ['vllm', 'serve'] }] });
     expect(parseYaml(only(template(which), 'ConfigMap').data['config.yaml'])).toEqual({});
+    // The file as the webhook reads it: the same reader as the CLI's --config takes it.
+    const dir = mkdtempSync(path.join(tmpdir(), 'chart-config-'));
+    try {
+      writeFileSync(path.join(dir, 'config.yaml'), file);
+      const cli = spawnSync(process.execPath, [path.join(ROOT, 'dist/vram-preflight.cjs'), 'explain', '--config', path.join(dir, 'config.yaml')], { input: '', encoding: 'utf8' });
+      expect(cli.stderr).toBe('');
+      expect(cli.stdout).toContain('timeout 600s');
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
     for (const bad of ['config.timeoutSeconds=0', 'config.timeoutSecond=5', 'webhook.timeoutSeconds=10', 'webhook.namespaceMode=everything']) {
       const r = helm(which, ['template', RELEASE, CHART, '--set', bad]);
       expect(r.status, bad).not.toBe(0);
