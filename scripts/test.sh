@@ -31,6 +31,7 @@ fi
 
 npm ci --no-audit --no-fund
 bash scripts/fetch-helm.sh
+bash scripts/build-image.sh fetch-node
 node scripts/generate-validator.mjs --check
 node scripts/build.mjs
 npm run typecheck
