@@ -13,6 +13,8 @@
 # for the chroot. Run `node scripts/build.mjs` (and, for argocd-cmp,
 # scripts/fetch-helm.sh) first.
 set -euo pipefail
+# The modes of what the script creates must not depend on the caller's umask.
+umask 022
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
 
