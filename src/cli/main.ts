@@ -8,20 +8,11 @@
  * written to stdout.
  */
 import { isUtf8 } from 'node:buffer';
-import {
-  CONFIG_ENV,
-  CONFIG_FLAG,
-  mergeOptions,
-  optionsFromEnv,
-  optionsFromFile,
-  optionsFromFlags,
-  SCALAR_OPTIONS,
-  type Options,
-} from '../config/sources.js';
+import { CONFIG_ENV, CONFIG_FLAG, SCALAR_OPTIONS, type Options } from '../config/sources.js';
+import { resolveOptions } from '../config/load.js';
 import { PreflightError } from '../core/errors.js';
 import { renderExplanation } from '../core/report/explain.js';
 import { renderReport } from '../core/report/report.js';
-import { checkPreflightOptions } from '../core/preflight.js';
 import type { ImageStartAnswer, LookupFailure, RegistryOptions } from '../registry/index.js';
 import type { StreamText } from '../core/yaml/stream.js';
 import { transform, type TransformResult } from '../core/transform.js';
@@ -60,6 +51,7 @@ Usage:
   vram-preflight [options] < rendered.yaml > wrapped.yaml
   vram-preflight explain [--output text|json] [options] < rendered.yaml
   vram-preflight resolve [options] IMAGE...     print config images entries read from the registry
+  vram-preflight webhook --help                 the cluster-wide admission webhook (docs/webhook.md)
   helm install NAME CHART --post-renderer vram-preflight [--post-renderer-args --timeout-seconds=600]
 
 Rewrites every container that starts vLLM on an NVIDIA GPU so that it waits
@@ -134,24 +126,6 @@ function parseArgs(argv: readonly string[]): ParsedArgs {
   if (outputGiven && parsed.command !== 'explain') throw new PreflightError('USAGE', `${OUTPUT_FLAG} belongs to explain`, { fix: 'vram-preflight explain --output json < rendered.yaml' });
   if (parsed.command === 'resolve' && parsed.images.length === 0) throw new PreflightError('USAGE', 'resolve needs at least one image', { fix: 'vram-preflight resolve lmcache/vllm-openai:nightly-2026-08-18-cu129' });
   return parsed;
-}
-
-function resolveOptions(args: ParsedArgs, io: CliIO): Options {
-  const configPath = args.configPath ?? io.env[CONFIG_ENV];
-  let fromFile = {};
-  if (configPath !== undefined && configPath !== '') {
-    let text: string;
-    try {
-      text = io.readFile(configPath);
-    } catch (error) {
-      throw new PreflightError('BAD_CONFIG', `cannot read config file ${configPath}: ${(error as NodeJS.ErrnoException).code ?? (error as Error).message}`);
-    }
-    fromFile = optionsFromFile(text, configPath);
-  }
-  const options = mergeOptions(fromFile, optionsFromEnv(io.env), optionsFromFlags(args.flags));
-  // What the script would refuse is refused here, once, before any input is read (exit 2).
-  checkPreflightOptions(options);
-  return options;
 }
 
 async function readAll(stdin: AsyncIterable<Uint8Array | string>): Promise<StreamText> {

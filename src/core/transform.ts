@@ -20,7 +20,7 @@ import { applyEdits, readArgv, startEdits, type TextEdit } from './yaml/edit.js'
 import type { RegistryAnswers, StartSources } from './decide/start.js';
 import { LineIndex, lineEnding, splitStream, type Chunk, type StreamText } from './yaml/stream.js';
 import { verifyEditedChunk, type IntendedStart } from './yaml/verify.js';
-import { OPERATOR_KINDS } from './tables/workloads.js';
+import { KINDS_WITHOUT_CONTAINERS } from './tables/workloads.js';
 import { TARGET_WORDS } from './decide/target-words.js';
 import { parseDocuments } from './yaml/fast-parse.js';
 import { effectiveGet, findDuplicateKeys, resolveAlias, type ParsedDocument } from './yaml/nodes.js';
@@ -58,8 +58,8 @@ function candidateTest(options: Options): (text: string) => boolean {
   const containersKey = /containers['"]?\s*:/;
   // The regex only where the word is: a native search rules most documents out at once.
   const hasContainers = (text: string): boolean => text.includes('containers') && containersKey.test(text);
-  // Operator resources carry no `containers` key of their own (Dynamo, KubeAI), yet explain must name them.
-  const operatorKind = new RegExp(`^kind:[ \\t]*['"]?(${OPERATOR_KINDS.map((k) => k.kind).join('|')})\\b`, 'm');
+  // Operator resources (Dynamo, KubeAI), OpenShift templates and KServe's model predictors carry no `containers` key of their own, yet explain must name them.
+  const operatorKind = new RegExp(`^kind:[ \\t]*['"]?(${KINDS_WITHOUT_CONTAINERS.join('|')})\\b`, 'm');
   return (text) => (hasContainers(text) || text.includes('\\') || operatorKind.test(text)) && (mentions.test(text) || text.includes('\\'));
 }
 

@@ -7,17 +7,16 @@
  * the oracle for the patched pod. The patch is applied by an independent RFC
  * 6902 implementation (Debian's python3-jsonpatch, for Debian's /usr/bin/python3).
  */
-import { execFileSync } from 'node:child_process';
 import { existsSync, readdirSync, readFileSync } from 'node:fs';
 import path from 'node:path';
-import { parseAllDocuments, stringify } from 'yaml';
+import { parseAllDocuments } from 'yaml';
 import { describe, expect, it } from 'vitest';
 import { mergeOptions, optionsFromFile, optionsFromFlags } from '../../src/config/sources.js';
 import { DEFAULT_OPTIONS, type Options } from '../../src/core/options.js';
 import { applyPatch, patchObject, type JsonPatchOperation } from '../../src/core/patch.js';
-import { transform } from '../../src/core/transform.js';
 import { PARSE_OPTIONS } from '../../src/core/yaml/nodes.js';
 import { findWorkloadKind, templatesOf } from '../../src/core/tables/workloads.js';
+import { applyWithJsonpatch, asObject, renderPod, wrappedBefore, type Plain } from '../support/doors.js';
 
 const ROOT = path.resolve(import.meta.dirname, '../..');
 
@@ -42,9 +41,6 @@ function optionsFor(dir: string): Options {
   }
   return mergeOptions(fromFile, {}, optionsFromFlags(flags));
 }
-
-type Plain = Record<string, unknown>;
-const asObject = (v: unknown): Plain | undefined => (v && typeof v === 'object' && !Array.isArray(v) ? (v as Plain) : undefined);
 
 /** The pods a controller creates from each pod template of an object: the template's metadata and spec, as JSON. */
 function podsOf(value: unknown): Plain[] {
@@ -91,17 +87,7 @@ function corpus(): Corpus[] {
   return out;
 }
 
-/** RFC 6902, applied by python3-jsonpatch to many (pod, patch) pairs in one process. */
-function applyWithJsonpatch(pairs: readonly { pod: unknown; patch: JsonPatchOperation[] }[]): unknown[] {
-  const script = 'import json,sys,jsonpatch\nprint(json.dumps([jsonpatch.apply_patch(p["pod"], p["patch"]) for p in json.load(sys.stdin)]))';
-  return JSON.parse(execFileSync('/usr/bin/python3', ['-c', script], { input: JSON.stringify(pairs), encoding: 'utf8', maxBuffer: 1 << 28 })) as unknown[];
-}
-
 const cases = corpus();
-const wrappedBefore = (c: unknown): boolean => {
-  const container = asObject(c);
-  return Array.isArray(container?.command) && container.command[0] === '/bin/sh' && String((container.args as unknown[] | undefined)?.[0] ?? '').startsWith('# vram-preflight ');
-};
 
 describe('doors agree: patchObject (webhook) and transform (post-renderer) on the same pods', () => {
   it('the corpus holds pods, some of them wrapped', () => {
@@ -115,9 +101,7 @@ describe('doors agree: patchObject (webhook) and transform (post-renderer) on th
     for (const { name, options, pods } of cases) {
       for (const pod of pods) {
         const result = patchObject(pod, options);
-        // The pod's own manifest, as a user would write it (block YAML: the post-renderer does not edit flow mappings).
-        const rendered = transform(stringify(pod, { lineWidth: 0 }), options);
-        const expected = rendered.errors.length ? undefined : (parseAllDocuments(rendered.output, PARSE_OPTIONS) as unknown as { toJS(): unknown }[])[0]!.toJS();
+        const { rendered, pod: expected } = renderPod(pod, options);
         // Containers a render already wrapped stay as they are (the render's options are not the webhook's to change).
         const containers = (pod.spec as Plain).containers as unknown[];
         const wrapped = containers.map(wrappedBefore);

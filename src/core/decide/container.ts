@@ -8,10 +8,11 @@
  */
 import type { Options } from '../options.js';
 import { PreflightError, type DocumentRef, type ErrorDetails } from '../errors.js';
-import { ANNOTATION_CONTAINERS, ANNOTATION_SKIP, imageIsVllmFamily, isHuggingfaceServer, mentionsVllmFlag, nameSelected, runsOnCpu, startsVllmInBackground, vllmEvidence } from './detect.js';
-import { nvidiaGpuSignals, SIGNALS_CHECKED, type DeviceClaims, type GpuSignal } from '../tables/gpu.js';
+import { ANNOTATION_CONTAINERS, ANNOTATION_SKIP, imageIsVllmFamily, isHuggingfaceServerImage, mentionsVllmFlag, nameSelected, otherEngine, runsHuggingfaceServer, runsOnCpu, shellRunsPreflight, startsVllmInBackground, vllmEvidence } from './detect.js';
+import { nvidiaGpuSignals, otherAccelerators, SIGNALS_CHECKED, type DeviceClaims, type GpuSignal } from '../tables/gpu.js';
+import { asBashWord, joinsAsOneCommand, kuberayStart, RAY_OVERWRITE_ANNOTATION, type RayStart } from './kuberay.js';
 import { parseImage, repositoryMatches } from '../tables/image-ref.js';
-import { renderPreflightScript } from '../preflight.js';
+import { PREFLIGHT_MARKER_PREFIX, renderPreflightScript } from '../preflight.js';
 import type { KeptAnchors } from '../yaml/edit.js';
 import { isWrapped, resolveStart, WRAPPER_COMMAND, type ContainerStart, type StartEvidence, type StartSources } from './start.js';
 import { readUtilization, type EnvVar, type Utilization } from './utilization.js';
@@ -71,6 +72,8 @@ export interface ContainerInput {
   /** Leave a container that is already wrapped exactly as it is (the webhook: the render or a reinvocation wrapped it). */
   keepWrapped?: boolean;
   claims: DeviceClaims;
+  /** The Ray container of a KubeRay head or worker pod: KubeRay decides its start (./kuberay.ts). */
+  ray?: { overwrite: boolean };
   options: Options;
   sources: StartSources;
   context: ErrorDetails;
@@ -99,6 +102,14 @@ function preflightScript(settings: Parameters<typeof renderPreflightScript>[0]):
     scripts.set(key, script);
   }
   return script;
+}
+
+/** Why a written start is not vLLM: a known other engine by name; otherwise its program, with the way to opt in. */
+function notVllmReason(written: readonly string[]): string {
+  const engine = otherEngine(written);
+  if (engine) return `its start runs ${engine}, not vLLM`;
+  if (runsHuggingfaceServer(written)) return 'KServe huggingfaceserver without --backend=vllm';
+  return `its start runs ${written[0]}, not vLLM (name it in ${ANNOTATION_CONTAINERS} if it starts vLLM indirectly)`;
 }
 
 function probeBudget(container: Record<string, unknown>): number | undefined {
@@ -142,39 +153,57 @@ export function decideContainer(input: ContainerInput, base: Pick<ContainerRepor
       return { report };
     }
     const written = wrapped ? args.items!.slice(2) : [...(command.items ?? []), ...(args.items ?? [])];
+    const rayStart: RayStart | undefined = input.ray ? kuberayStart(command.items, args.items, input.ray.overwrite) : undefined;
     let start: ContainerStart | undefined;
-    const resolve = (): ContainerStart => (start ??= resolveStart({ command: command.items, args: args.items, image }, input.sources, context, input.onWanted));
+    const resolve = (): ContainerStart =>
+      (start ??=
+        rayStart === 'joined'
+          ? { start: written, origin: 'command + args, which KubeRay runs joined in bash -lc before `ray start`', evidence: { source: wrapped ? 'wrapped' : 'command', detail: 'joined by KubeRay' }, wrappedBefore: wrapped, warnings: [] }
+          : resolveStart({ command: command.items, args: args.items, image, rayPod: input.ray !== undefined }, input.sources, context, input.onWanted));
 
     const skipBecause = ((): string | undefined => {
       if (controls.skip) return `opted out by annotation ${ANNOTATION_SKIP}`;
+      if (!wrapped && shellRunsPreflight(written, PREFLIGHT_MARKER_PREFIX)) return 'its shell script already runs the vram-preflight wait (a wrapped start that KubeRay joined into its bash -lc line)';
+      if (rayStart === 'ray-start') {
+        if (controls.forced) report.warnings.push(`named by annotation ${ANNOTATION_CONTAINERS}, but KubeRay starts this Ray container as \`ray start\` (it gives no command or args): there is no start of its own to wait before, so it is not wrapped`);
+        if (gpu.signals.length) report.notes.push('a vLLM that Ray starts on this GPU node (a Ray Serve deployment, a Ray actor) is not wrapped: it has no container start of its own to wait before');
+        return `KubeRay starts this Ray container as \`ray start\` (no command or args), whatever its image: not a vLLM start of its own`;
+      }
+      if (rayStart === 'joined' && !joinsAsOneCommand(written) && (controls.forced || vllmEvidence(written) !== undefined)) {
+        const why = `KubeRay joins this Ray container's command and args with spaces into one \`bash -lc\` line before \`ray start\`, and this start is not one plain command there (quotes, operators or a script)`;
+        if (controls.forced) report.warnings.push(`named by annotation ${ANNOTATION_CONTAINERS}, but ${why}: not wrapped; write the start as plain words (command: ["vllm", "serve", …]) or set ${RAY_OVERWRITE_ANNOTATION}: "true"`);
+        return `${why}: not wrapped`;
+      }
       if (controls.forced) return undefined;
       if (!nameSelected(name, options.containerNames)) return `name not matched by containerNames (${options.containerNames.join(', ')})`;
-      const family = imageIsVllmFamily(image) || isHuggingfaceServer(image, written) || hasConfigEntry(image, options);
-      const runsVllmAsWritten = vllmEvidence(image, written) !== undefined;
+      const family = imageIsVllmFamily(image) || isHuggingfaceServerImage(image) || hasConfigEntry(image, options);
+      const runsVllmAsWritten = vllmEvidence(written) !== undefined;
       if (gpu.signals.length === 0) {
         if (gpu.unknownClaims.length && (family || runsVllmAsWritten)) {
           report.warnings.push(`vLLM with DRA ${gpu.unknownClaims.join(', ')} defined outside this render: cannot tell whether it is an NVIDIA GPU, so it is not wrapped (name it in ${ANNOTATION_CONTAINERS} to wrap it)`);
           report.notes.push(`DRA claim unknown: ${gpu.unknownClaims.join(', ')}`);
         }
-        if (family || runsVllmAsWritten) return `no NVIDIA GPU: checked ${SIGNALS_CHECKED}; vLLM on CPU, AMD or Intel needs no wait (name it in ${ANNOTATION_CONTAINERS} if it does run on an NVIDIA GPU)`;
+        const others = otherAccelerators(container);
+        if ((family || runsVllmAsWritten) && others.length) return `no NVIDIA GPU: it asks for ${others.join(', ')}, where there is no nvidia-smi to wait on`;
+        if (family || runsVllmAsWritten) return `no NVIDIA GPU: checked ${SIGNALS_CHECKED}; without one vLLM runs on CPU and needs no wait (name it in ${ANNOTATION_CONTAINERS} if it does run on an NVIDIA GPU)`;
         return 'not vLLM (neither its image nor its start names vLLM), and no NVIDIA GPU';
       }
-      if (command.items !== null || wrapped) {
+      if (command.items !== null || wrapped || rayStart === 'joined') {
         // The start is written in the manifest: it alone decides.
-        const evidence = vllmEvidence(image, written);
-        if (!evidence) return `its start runs ${written[0]}, not vLLM (name it in ${ANNOTATION_CONTAINERS} if it starts vLLM indirectly)`;
-        report.reason = evidence;
+        const evidence = vllmEvidence(written);
+        if (!evidence) return notVllmReason(written);
+        report.reason = rayStart === 'joined' ? `${evidence} (KubeRay keeps it, joined into bash -lc before \`ray start\`)` : evidence;
       } else if (family) {
         // No command: the image's ENTRYPOINT decides; an unknown one is refused, never skipped.
         const known = resolve();
-        const evidence = vllmEvidence(image, known.start);
-        if (!evidence && isHuggingfaceServer(image, known.start)) {
+        const evidence = vllmEvidence(known.start);
+        if (!evidence && runsHuggingfaceServer(known.start)) {
           if (!known.start.some((a) => a === '--backend' || a.startsWith('--backend='))) {
             report.warnings.push(`KServe huggingfaceserver picks its backend at run time (--backend auto) and may run vLLM, which is not wrapped: pass --backend=vllm, or name it in ${ANNOTATION_CONTAINERS}`);
           }
           return 'KServe huggingfaceserver without --backend=vllm';
         }
-        if (!evidence) return `its start (${known.origin}) runs ${known.start[0] ?? 'nothing'}, not vLLM`;
+        if (!evidence) return `its start (${known.origin}) runs ${otherEngine(known.start) ?? known.start[0] ?? 'nothing'}, not vLLM`;
         report.reason = `${evidence} (${known.origin})`;
       } else {
         if (mentionsVllmFlag(written)) report.warnings.push(`its args pass --gpu-memory-utilization (a vLLM flag) but the image is not known to run vLLM, so it is not wrapped: name it in ${ANNOTATION_CONTAINERS}, or add its image to the config file's images (like: vllm/vllm-openai for a mirror)`);
@@ -233,7 +262,8 @@ export function decideContainer(input: ContainerInput, base: Pick<ContainerRepor
       onNvidiaSmiUnavailable: options.onNvidiaSmiUnavailable,
       terminationMessagePath,
     });
-    const newArgs = [script, '--', ...known.start];
+    // Under KubeRay's join the script must stay one bash word.
+    const newArgs = [rayStart === 'joined' ? asBashWord(script) : script, '--', ...known.start];
     if (wrapped && args.items!.length === newArgs.length && args.items!.every((item, i) => item === newArgs[i])) {
       report.action = 'unchanged';
       report.reason += '; already wrapped by this version with these options';

@@ -8,11 +8,14 @@
 import type { Options } from '../options.js';
 import { describeDocument, PreflightError, type DocumentRef, type ErrorDetails, type SourcePosition } from '../errors.js';
 import { nvidiaGpuSignals, type DeviceClaims } from '../tables/gpu.js';
-import { findOperatorKind, findWorkloadKind, LIST_KIND, templatesOf, type FoundTemplate } from '../tables/workloads.js';
+import { apiGroup, findOperatorKind, findWorkloadKind, LIST_KIND, TEMPLATE_KIND, templatesOf, type FoundTemplate, type WorkloadKind } from '../tables/workloads.js';
 import { formatPath } from './values.js';
 import { decideContainer, type ArgvReader, type ContainerEdit, type ContainerReport, type PodControls } from './container.js';
 import { ANNOTATION_CONTAINERS, ANNOTATION_SKIP, ANNOTATION_UTILIZATION } from './detect.js';
 import type { StartSources } from './start.js';
+import { overwriteRequested, RAY_CONTAINER_INDEX, RAY_OVERWRITE_ANNOTATION, rayServeRunsVllm } from './kuberay.js';
+import { containersStartingVllm, mentionsVllm } from './unrecognised.js';
+import { unwrappedGpuWorkers } from './multinode.js';
 
 type Plain = Record<string, unknown>;
 
@@ -127,13 +130,28 @@ export function visitObject(visit: ObjectVisit, value: unknown, at: readonly (st
   }
   const workload = `${String(object.kind)}/${String(asObject(object.metadata)?.name ?? '?')}`;
   const where = at.length ? `${formatPath(at)}.` : '';
+  const cannotWrap = (template: string, why: string): void => {
+    visit.result.containers.push({ document: visit.ref, workload, template, container: '-', initContainer: false, action: 'cannot-wrap', reason: `mentions vLLM, cannot be wrapped here: ${why}`, gpus: [], gpuSignals: [], warnings: [], notes: [] });
+  };
   const operator = findOperatorKind(object.kind, object.apiVersion);
   if (operator) {
-    visit.result.containers.push({ document: visit.ref, workload, template: `${where}(object)`, container: '-', initContainer: false, action: 'cannot-wrap', reason: `mentions vLLM, cannot be wrapped here: ${operator.why}`, gpus: [], gpuSignals: [], warnings: [], notes: [] });
+    cannotWrap(`${where}(object)`, operator.why);
+    return;
+  }
+  if (object.kind === TEMPLATE_KIND.kind && apiGroup(object.apiVersion) === TEMPLATE_KIND.group && Array.isArray(object[TEMPLATE_KIND.objects])) {
+    (object[TEMPLATE_KIND.objects] as unknown[]).forEach((inner, i) => {
+      const held = asObject(inner);
+      if (!held || !mentionsVllm(held)) return;
+      const heldOperator = findOperatorKind(held.kind, held.apiVersion);
+      cannotWrap(`${where}${TEMPLATE_KIND.objects}[${i}] (${String(held.kind)}/${String(asObject(held.metadata)?.name ?? '?')})`, `${TEMPLATE_KIND.why}${heldOperator ? `; and then ${heldOperator.why}` : ''}`);
+    });
     return;
   }
   const kind = findWorkloadKind(object.kind, object.apiVersion);
-  if (!kind) return;
+  if (!kind) {
+    warnUnknownKind(visit, object, workload, where);
+    return;
+  }
   const base = { document: visit.ref, workload, template: `${where}(object)` };
   let objectControls: Controls;
   try {
@@ -144,12 +162,23 @@ export function visitObject(visit: ObjectVisit, value: unknown, at: readonly (st
   }
   const templates = templatesOf(kind, object);
   const seenNames = new Set<string>();
+  const first = visit.result.containers.length;
   for (const template of templates) {
     if (!template.isTemplate && kind.builtByOperatorWhen && asObject(valueAt(object, template.path))?.[kind.builtByOperatorWhen.key] !== undefined) {
-      visit.result.containers.push({ ...base, template: `${where}${formatPath(template.path)}`, container: '-', initContainer: false, action: 'cannot-wrap', reason: `mentions vLLM, cannot be wrapped here: ${kind.builtByOperatorWhen.why}`, gpus: [], gpuSignals: [], warnings: [], notes: [] });
+      cannotWrap(`${where}${formatPath(template.path)}`, kind.builtByOperatorWhen.why);
       continue;
     }
-    for (const name of visitTemplate(visit, object, template, at, workload, where, objectControls)) seenNames.add(name);
+    for (const name of visitTemplate(visit, object, kind, template, at, workload, where, objectControls)) seenNames.add(name);
+  }
+  if (kind.startedBy === 'kuberay' && rayServeRunsVllm(object)) {
+    cannotWrap(`${where}spec.serveConfigV2`, 'vLLM runs inside Ray Serve actors that Ray starts in its worker processes, not as a container start; no container start of this object is vLLM\'s');
+  }
+  if (kind.multiNode) {
+    for (const { skipped, wrapped } of unwrappedGpuWorkers(visit.result.containers.slice(first))) {
+      visit.result.warnings.push(
+        `${describeDocument(visit.ref)}: container "${wrapped.container}" (${wrapped.template}) is wrapped, but GPU container "${skipped.container}" of the same set (${skipped.template}: ${skipped.reason}) is not, so the wait protects only part of the model's GPUs; fix: add the annotation ${ANNOTATION_CONTAINERS}: "${skipped.container}" to ${skipped.template}.metadata.annotations`,
+      );
+    }
   }
   // A workload-level name must match a container of some template (a LeaderWorkerSet names its worker's).
   for (const name of names(objectControls.forced)) {
@@ -159,8 +188,21 @@ export function visitObject(visit: ObjectVisit, value: unknown, at: readonly (st
   }
 }
 
+/**
+ * A kind this walk does not know whose containers start vLLM on an NVIDIA
+ * GPU: left as it is, but never in silence.
+ */
+function warnUnknownKind(visit: ObjectVisit, object: Plain, workload: string, where: string): void {
+  for (const found of containersStartingVllm(object, visit.claims)) {
+    const path = `${where}${formatPath(found.path)}`;
+    const reason = `kind ${String(object.kind)} (${String(object.apiVersion)}) is not one vram-preflight knows, so its containers are not wrapped: this one starts vLLM on an NVIDIA GPU (${found.gpus.join(', ')})`;
+    visit.result.containers.push({ document: visit.ref, workload, template: path, container: found.name, initContainer: false, image: found.image, action: 'skip', reason, gpus: found.gpus, gpuSignals: found.signals, warnings: [], notes: [] });
+    visit.result.warnings.push(`${describeDocument(visit.ref)}, container "${found.name}" at ${path}: ${reason}; fix: file an issue naming the kind, its API group and where its pod templates are (a known kind is one row of vram-preflight's workload table)`);
+  }
+}
+
 /** Visits one pod template; returns its container names. */
-function visitTemplate(visit: ObjectVisit, object: Plain, found: FoundTemplate, at: readonly (string | number)[], workload: string, where: string, objectControls: Controls): string[] {
+function visitTemplate(visit: ObjectVisit, object: Plain, kind: WorkloadKind, found: FoundTemplate, at: readonly (string | number)[], workload: string, where: string, objectControls: Controls): string[] {
   const templateValue = asObject(valueAt(object, found.path));
   const podSpec = found.isTemplate ? asObject(templateValue?.spec) : templateValue;
   const base = { document: visit.ref, workload, template: `${where}${found.path.length ? formatPath(found.path) : '(object)'}` };
@@ -177,6 +219,8 @@ function visitTemplate(visit: ObjectVisit, object: Plain, found: FoundTemplate, 
   const forcedByObject = names(objectControls.forced);
   const utilization = templateControls.utilization ?? objectControls.utilization;
   const specPath = [...at, ...found.path, ...(found.isTemplate ? ['spec'] : [])];
+  // KubeRay copies the Ray object's overwrite annotation into every template; either place counts.
+  const rayOverwrite = overwriteRequested(annotationsOf(object)[RAY_OVERWRITE_ANNOTATION]) || overwriteRequested(annotationsOf(templateValue)[RAY_OVERWRITE_ANNOTATION]);
   const containerNames: string[] = [];
 
   const initContainers = podSpec.initContainers;
@@ -205,7 +249,20 @@ function visitTemplate(visit: ObjectVisit, object: Plain, found: FoundTemplate, 
       const { position } = access;
       if (position) Object.defineProperty(context, 'position', { get: position, enumerable: true });
       const decision = decideContainer(
-        { value: container, readArgv: access.readArgv, path, podSpec, controls, keepWrapped: visit.keepWrapped, claims: visit.claims, options: visit.options, sources: visit.sources, context, onWanted: (image) => visit.wanted.add(image) },
+        {
+          value: container,
+          readArgv: access.readArgv,
+          path,
+          podSpec,
+          controls,
+          keepWrapped: visit.keepWrapped,
+          claims: visit.claims,
+          ray: kind.startedBy === 'kuberay' && i === RAY_CONTAINER_INDEX ? { overwrite: rayOverwrite } : undefined,
+          options: visit.options,
+          sources: visit.sources,
+          context,
+          onWanted: (image) => visit.wanted.add(image),
+        },
         base,
       );
       if (decision.edit) writeEdit(visit, decision.edit, decision.report, context);
