@@ -6,13 +6,14 @@
  * filesystems run vram-preflight (chroot: podman and crun cannot start
  * containers here) with nothing from this machine but the kernel.
  */
-import { execFile, spawnSync } from 'node:child_process';
-import { cpSync, copyFileSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, rmSync, statSync } from 'node:fs';
+import { execFile, spawn, spawnSync } from 'node:child_process';
+import { cpSync, copyFileSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import https from 'node:https';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { promisify } from 'node:util';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { parseAllDocuments } from 'yaml';
+import { parseAllDocuments, parse as parseYaml } from 'yaml';
 import { PASSWORD, USER, makePki, startRegistry, type Registry } from '../registry/harness.js';
 
 const run = promisify(execFile);
@@ -134,6 +135,63 @@ describe('the webhook image', () => {
     expect(asRoot.status).toBe(0);
     expect(cacheFiles(appDir)).toEqual([cache]);
     expect(readFileSync(path.join(appDir, cache!))).toEqual(before);
+  });
+
+  it('prints the webhook help', () => {
+    const r = inRootfs(rootfs, '65532:65532', envOf(config), [...config.config.Entrypoint!, ...config.config.Cmd!, '--help']);
+    expect(r.status).toBe(0);
+    expect(r.stdout).toContain('vram-preflight webhook --tls-cert-file');
+  });
+
+  it("serves HTTPS with the chart's generated certificate and config, started as the chart's Deployment starts it", async () => {
+    // What the kubelet would mount: the chart's Secret and ConfigMap, at the Deployment's mount paths.
+    type Obj = { kind: string; data: Record<string, string>; spec: { template: { spec: { containers: { args: string[]; volumeMounts: { name: string; mountPath: string }[] }[] } } } };
+    const rendered = spawnSync(path.join(ROOT, '.cache/helm/v3/helm'), ['template', 'gate', path.join(ROOT, 'deploy/webhook'), '--namespace', 'vram-preflight', '--set', 'config.timeoutSeconds=600'], { encoding: 'utf8' });
+    expect(rendered.status).toBe(0);
+    const objs = parseAllDocuments(rendered.stdout).map((d) => d.toJS() as Obj);
+    const secret = objs.find((o) => o.kind === 'Secret')!;
+    const configMap = objs.find((o) => o.kind === 'ConfigMap')!;
+    const container = objs.find((o) => o.kind === 'Deployment')!.spec.template.spec.containers[0]!;
+    const mount = (name: string) => path.join(rootfs, container.volumeMounts.find((m) => m.name === name)!.mountPath);
+    mkdirSync(mount('tls'), { recursive: true });
+    mkdirSync(mount('config'), { recursive: true });
+    for (const key of ['tls.crt', 'tls.key', 'ca.crt']) writeFileSync(path.join(mount('tls'), key), Buffer.from(secret.data[key]!, 'base64'));
+    writeFileSync(path.join(mount('config'), 'config.yaml'), configMap.data['config.yaml']!);
+    expect(parseYaml(configMap.data['config.yaml']!)).toEqual({ timeoutSeconds: 600 });
+
+    const args = container.args.map((a) => (a.startsWith('--port=') ? '--port=0' : a));
+    const chroot = spawnSync('sh', ['-c', 'command -v chroot'], { encoding: 'utf8' }).stdout.trim();
+    const env = Object.entries(envOf(config)).map(([k, v]) => `${k}=${v}`);
+    const server = spawn('env', ['-i', ...env, chroot, '--userspec=65532:65532', rootfs, ...config.config.Entrypoint!, ...args], { stdio: ['ignore', 'pipe', 'pipe'] });
+    let stderr = '';
+    server.stderr!.on('data', (d: Buffer) => (stderr += d.toString()));
+    const exited = new Promise<number | null>((resolve) => server.on('exit', (code) => resolve(code)));
+    try {
+      const port = await new Promise<number>((resolve, reject) => {
+        let out = '';
+        server.stdout!.on('data', (d: Buffer) => {
+          out += d.toString();
+          const m = /listening (\d+)/.exec(out);
+          if (m) resolve(Number(m[1]));
+        });
+        void exited.then((code) => reject(new Error(`webhook exited ${code}: ${stderr}`)));
+      });
+      // As the API server and the kubelet reach it: the Service's name, the chart's CA.
+      const get = (p: string) =>
+        new Promise<number>((resolve, reject) => {
+          https
+            .get({ host: '127.0.0.1', port, path: p, servername: 'gate-vram-preflight-webhook.vram-preflight.svc', ca: Buffer.from(secret.data['ca.crt']!, 'base64') }, (res) => {
+              res.resume();
+              resolve(res.statusCode!);
+            })
+            .on('error', reject);
+        });
+      expect(await get('/healthz')).toBe(200);
+      expect(await get('/readyz')).toBe(200);
+    } finally {
+      server.kill('SIGTERM');
+    }
+    expect(await exited).toBe(0);
   });
 });
 
