@@ -20,6 +20,14 @@
 //   (c) throughput: generated streams of 1,000 and 10,000 documents (1 % vLLM):
 //       CPU, wall, peak RSS              goals: 10,000 docs < 1.0 s, peak RSS < 3x input
 //   (d) the peer: `kubectl kustomize` applying the same one-container patch
+//   (e) the admission webhook (`vram-preflight webhook`, the bundle as a child,
+//       TLS, certificates made by openssl here): admissions per second and
+//       client-side p50/p99 latency at 1, 16 and 128 concurrent HTTP/1.1
+//       connections kept alive, and 16 streams on one HTTP/2 session (how the
+//       API server connects), on a pod without and with a vLLM container (no
+//       registry lookup); the server's RSS after 100,000 admissions. The load
+//       generator runs on the same machine and takes its share of the CPU.
+//                                           goals: p99 <= 5 ms at 16, >= 2,000/s, flat RSS
 //
 // Every child runs with NODE_EXTRA_CA_CERTS removed from its environment:
 // when it is set, Node 20 parses that CA bundle at every start (~100 ms here),
@@ -32,7 +40,7 @@
 // comparison run interleaved, A B C A B C …, after warm-up rounds, so that a
 // noisy neighbour slows all alike; medians are reported.
 //
-//   node scripts/bench.mjs [--quick] [--only a,b,c,d] [--json FILE] [--before REF] [--nodes 20,22,24]
+//   node scripts/bench.mjs [--quick] [--only a,b,c,d,e] [--json FILE] [--before REF] [--nodes 20,22,24]
 import { execFileSync, spawn, spawnSync } from 'node:child_process';
 import { createInterface } from 'node:readline';
 import { copyFileSync, existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, symlinkSync, unlinkSync, writeFileSync } from 'node:fs';
@@ -56,7 +64,7 @@ if (argv.includes('--help')) {
   process.exit(0);
 }
 const quick = argv.includes('--quick');
-const only = (flagValue('--only') ?? 'a,b,c,d').split(',');
+const only = (flagValue('--only') ?? 'a,b,c,d,e').split(',');
 const jsonOut = flagValue('--json');
 const beforeRef = flagValue('--before');
 const wantedNodes = flagValue('--nodes')?.split(',');
@@ -342,6 +350,14 @@ if (only.includes('d')) {
     say(`  kustomize ${kustomizeVersion}; changed lines (diff | grep -c '^[<>]'): vram-preflight ${oursChanged}, kustomize ${kustChanged}; comment lines kept: vram-preflight ${kept(ours)}/${inputComments.length}, kustomize ${kept(kust)}/${inputComments.length}`);
     results.d = { rows, kustomizeVersion, oursChanged, kustChanged, commentsKept: { ours: kept(ours), kustomize: kept(kust), of: inputComments.length } };
   }
+}
+
+// (e) ------------------------------------------------------------------------
+if (only.includes('e')) {
+  section(`(e) the admission webhook: kept-alive connections, TLS, the bundle as a child (Node ${nodes[0].version}; load generator on the same machine)`);
+  const { webhookLoad } = await import('./bench/webhook-load.mjs');
+  results.e = await webhookLoad({ bundle, node: nodes[0].bin, env: baseEnv, work: path.join(work, 'webhook'), quick, say });
+  say(`  uptime: ${os.loadavg().map((l) => l.toFixed(2)).join(' ')} (load average 1, 5, 15 min, ${os.cpus().length} CPUs)`);
 }
 
 if (jsonOut) writeFileSync(jsonOut, `${JSON.stringify(results, null, 2)}\n`);

@@ -8,23 +8,15 @@
  * written to stdout.
  */
 import { isUtf8 } from 'node:buffer';
-import {
-  CONFIG_ENV,
-  CONFIG_FLAG,
-  mergeOptions,
-  optionsFromEnv,
-  optionsFromFile,
-  optionsFromFlags,
-  SCALAR_OPTIONS,
-  type Options,
-} from '../config/sources.js';
+import { CONFIG_ENV, CONFIG_FLAG, SCALAR_OPTIONS, type Options } from '../config/sources.js';
+import { resolveOptions } from '../config/load.js';
 import { escapeControl, PreflightError } from '../core/errors.js';
 import { renderExplanation } from '../core/report/explain.js';
 import { renderReport } from '../core/report/report.js';
-import { checkPreflightOptions } from '../core/preflight.js';
 import type { ImageStartAnswer, LookupFailure, RegistryOptions } from '../registry/index.js';
 import type { StreamText } from '../core/yaml/stream.js';
 import { transform, type TransformResult } from '../core/transform.js';
+import { withLookups } from '../core/lookups.js';
 import { VERSION } from '../core/version.js';
 
 export interface CliIO {
@@ -59,6 +51,7 @@ Usage:
   vram-preflight [options] < rendered.yaml > wrapped.yaml
   vram-preflight explain [--output text|json] [options] < rendered.yaml
   vram-preflight resolve [options] IMAGE...     print config images entries read from the registry
+  vram-preflight webhook --help                 the cluster-wide admission webhook (docs/webhook.md)
   helm install NAME CHART --post-renderer vram-preflight [--post-renderer-args --timeout-seconds=600]
 
 Rewrites every container that starts vLLM on an NVIDIA GPU so that it waits
@@ -184,24 +177,6 @@ function parseArgs(argv: readonly string[]): ParsedArgs {
   return parsed;
 }
 
-function resolveOptions(args: ParsedArgs, io: CliIO): Options {
-  const configPath = args.configPath ?? io.env[CONFIG_ENV];
-  let fromFile = {};
-  if (configPath !== undefined && configPath !== '') {
-    let text: string;
-    try {
-      text = io.readFile(configPath);
-    } catch (error) {
-      throw new PreflightError('BAD_CONFIG', `cannot read config file ${configPath}: ${(error as NodeJS.ErrnoException).code ?? (error as Error).message}`);
-    }
-    fromFile = optionsFromFile(text, configPath);
-  }
-  const options = mergeOptions(fromFile, optionsFromEnv(io.env), optionsFromFlags(args.flags));
-  // What the script would refuse is refused here, once, before any input is read (exit 2).
-  checkPreflightOptions(options);
-  return options;
-}
-
 async function readAll(stdin: AsyncIterable<Uint8Array | string>): Promise<StreamText> {
   const given: (Uint8Array | string)[] = [];
   for await (const part of stdin) given.push(part);
@@ -287,11 +262,9 @@ async function resolveImages(images: readonly string[], options: Options, io: Cl
  * The transform, and once more with registry answers when it found images
  * only their registry can place (the lookup is I/O, so it stays out here).
  */
-async function transformWithLookups(input: StreamText, options: Options, io: CliIO): Promise<TransformResult> {
-  const first = transform(input, options);
-  if (first.wantedImages.length === 0 || options.registryLookup === 'never' || !io.lookupImageStarts) return first;
-  const answers = await io.lookupImageStarts(first.wantedImages, registryOptions(options, io.env));
-  return transform(input, options, { registry: answers });
+function transformWithLookups(input: StreamText, options: Options, io: CliIO): Promise<TransformResult> {
+  const lookup = io.lookupImageStarts && ((images: readonly string[]) => io.lookupImageStarts!(images, registryOptions(options, io.env)));
+  return withLookups((registry) => transform(input, options, { registry }), options.registryLookup, lookup);
 }
 
 /** Helm 4 runs the plugin with this in the environment (Helm 3 runs a post-renderer as a bare executable). */

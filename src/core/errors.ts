@@ -30,7 +30,7 @@ export interface SourcePosition {
 export interface DocumentRef {
   /** 1-based position of the document in the stream. */
   index: number;
-  /** 1-based line of the document's first line in the stream. */
+  /** 1-based line of the document's first line in the stream; 0 for an object that is not part of a stream (a pod at admission). */
   line: number;
   kind?: string;
   name?: string;
@@ -77,7 +77,9 @@ export class PreflightError extends Error {
 export function describeDocument(doc: DocumentRef): string {
   const id = doc.kind || doc.name ? `${doc.kind ?? '?'}/${doc.name ?? '?'}` : `document ${doc.index}`;
   const origin = doc.source ?? doc.helmFilename;
-  return origin ? `${id} (${origin})` : `${id} (document ${doc.index}, line ${doc.line})`;
+  if (origin) return `${id} (${origin})`;
+  // An object that is not part of a stream (a pod at admission) has no line.
+  return doc.line > 0 ? `${id} (document ${doc.index}, line ${doc.line})` : id;
 }
 
 /**

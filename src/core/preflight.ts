@@ -116,16 +116,25 @@ function plainDecimal(v: number, maxDecimals: number): string | undefined {
 }
 
 /**
- * A utilization written the way Python's float() reads it (sign, digits with an optional
- * point, optional exponent), rounded UP to 6 decimals and spelled `1` or `0.DDDDDD` without
- * trailing zeros; undefined unless 0 < value <= 1. Exact: works on the digits, not on a
- * binary float. Rounding up asks for at most 1e-6 x total more, 1 MiB on a 143 GiB GPU.
- * The script's UTIL_AWK does the same for a value read at run time.
+ * What Python's float() reads (vLLM's argparse type for --gpu-memory-utilization), in ASCII:
+ * a sign, digits with an optional point, an optional exponent; `_` between two digits; ASCII
+ * whitespace around it (" \t\n\v\f\r": a Secret made with --from-file ends in a newline).
+ * float() also reads non-ASCII digits and spaces, "inf" and "nan": none of them is taken here.
+ */
+const PY_FLOAT = /^([+-]?)((?:\d+(?:_\d+)*)?\.\d+(?:_\d+)*|\d+(?:_\d+)*\.?)(?:[eE]([+-]?\d+(?:_\d+)*))?$/;
+const PY_SPACE = /^[ \t\n\v\f\r]+|[ \t\n\v\f\r]+$/g;
+
+/**
+ * A utilization written the way Python's float() reads it (PY_FLOAT), rounded UP to 6
+ * decimals and spelled `1` or `0.DDDDDD` without trailing zeros; undefined unless
+ * 1e-323 <= value <= 1 (below that float() reads 0 or a denormal). Exact: works on the
+ * digits, not on a binary float. Rounding up asks for at most 1e-6 x total more, 1 MiB on
+ * a 143 GiB GPU. The script's UTIL_AWK does the same for a value read at run time.
  */
 export function roundUtilizationUp(text: string): string | undefined {
-  const m = /^([+-]?)(\d+\.?\d*|\.\d+)(?:[eE]([+-]?\d+))?$/.exec(text.trim());
+  const m = PY_FLOAT.exec(text.replace(PY_SPACE, ''));
   if (!m || m[1] === '-') return undefined;
-  const mantissa = m[2]!;
+  const mantissa = m[2]!.replaceAll('_', '');
   const dot = mantissa.indexOf('.');
   let digits = mantissa.replace('.', '');
   let point = dot < 0 ? mantissa.length : dot; // value = 0.digits x 10^point
@@ -133,8 +142,8 @@ export function roundUtilizationUp(text: string): string | undefined {
   digits = digits.slice(lead);
   point -= lead;
   if (digits === '') return undefined; // zero
-  point += Number(m[3] ?? 0);
-  if (point > 1) return undefined; // >= 10
+  point += Number((m[3] ?? '0').replaceAll('_', ''));
+  if (point > 1 || point < -322) return undefined; // >= 10, or < 1e-323
   const n = point + PREFLIGHT_LIMITS.utilizationMaxDecimals;
   let micro = n < 1 ? 1 : Number(digits.slice(0, n).padEnd(n, '0'));
   if (n >= 1 && /[1-9]/.test(digits.slice(n))) micro++;
@@ -235,7 +244,8 @@ export function checkPreflightOptions(o: PreflightOptions): void {
  * Inputs come in with -v (see poll() in the script below); `el` is the elapsed time.
  * Integer-exact need: utilization "0.9" becomes 9/10 and need = ceil(total*9/10);
  * total <= 1e8 MiB and numerator <= 1e6 keep every product below 2^53, where awk's
- * doubles are exact and int(x/den) is the true floor. dec() strips leading zeros
+ * doubles are exact and int(x/den) is the true floor. A reading that cannot be true (no
+ * number, over 1e8 MiB, a total of 0, more free than total) is an unreadable GPU, never "enough". dec() strips leading zeros
  * because busybox awk reads "010" as octal.
  * The exit status of a waiting poll is 32 + the number of GPUs listed (capped at 31),
  * so the loop can hand the first count back in `first` and a later reading that lists
@@ -269,7 +279,7 @@ END {
   for (i = length(d[2]); i > 0; i--) den *= 10
   nu = dec(d[1]) * den + dec(d[2])
   for (j = 1; j <= k && !bad; j++) if (sel[j]) {
-    if (!num(tot[j]) || !num(fr[j]) || dec(tot[j]) > 1e8) { bad = "GPU " id[j] " memory reads total=" tot[j] " free=" fr[j]; break }
+    if (!num(tot[j]) || !num(fr[j]) || dec(tot[j]) > 1e8 || dec(tot[j]) == 0 || dec(fr[j]) > dec(tot[j])) { bad = "GPU " id[j] " memory reads total=" tot[j] " free=" fr[j]; break }
     x = dec(tot[j]) * nu; need = int(x / den); if (need * den < x) need++
     need += h; n++
     gap = need - dec(fr[j])
@@ -285,44 +295,69 @@ END {
 }`;
 
 /**
- * The awk program that advances the clock between polls. /proc/uptime only moves forward
- * (CLOCK_BOOTTIME), so its steps are taken as they are. Without it, `date +%s` is the clock:
- * whole seconds, and it jumps when the clock is set, so a step no round can take (backwards,
- * or longer than a pause, a query and 2 s) counts as one pause instead; with no clock at all
- * every round counts as one pause. Either way the timeout still fires, late rather than early.
+ * The awk program that advances the clock between polls; it never counts more time than
+ * has passed, so the timeout never fires early. /proc/uptime only moves forward
+ * (CLOCK_BOOTTIME), so its steps are taken as they are. Without it, `date +%s` is the
+ * clock: whole seconds, so a reading may be up to 1 s behind the true time, and a step
+ * between two readings may be 1 s more than the time that passed. So the elapsed time is
+ * counted from the whole second after the first reading (`zero` + 1: the wall-clock
+ * second at which the count stands at 0), and never less than the pauses slept since
+ * (each round sleeps at least one pause): at most 2 s short. The wall clock jumps when it
+ * is set, so a step no round can take (backwards, or longer than a pause, a query and
+ * 2 s) counts as one pause and the count starts afresh from there; with no clock at all
+ * every round counts as one pause. Either way the timeout fires late, never early.
  * Prints the elapsed seconds, the next query's limit (the per-query limit, cut to the time
- * that is left, at least 2 s) and whether this round logs (1) or not (0).
+ * that is left, at least 2 s), whether this round logs (1) or not (0), and `zero`.
  */
-const CLOCK_AWK = `BEGIN {
+export const CLOCK_AWK = `BEGIN {
   d = raw - prev
-  if (!(src == "u" && psrc == "u") && (src != psrc || src == "n" || d < 0 || d > poll + lim + 2)) d = poll
-  el += d; left = ts - el
+  if (src == "u" && psrc == "u") el += d
+  else if (src == "d" && psrc == "d" && d >= 0 && d <= poll + lim + 2) { el += poll; if (raw - zero - 1 > el) el = raw - zero - 1 }
+  else { el += poll; if (src == "d") zero = raw - el }
+  left = ts - el
   l = left < 2 ? 2 : int(left) + (left > int(left)); if (l > q) l = q
-  printf "%.3f %d %d\\n", el, l, (el - lg >= ls)
+  printf "%.3f %d %d %.3f\\n", el, l, (el - lg >= ls), zero
 }`;
 
 /**
- * The awk program that reads a run-time --gpu-memory-utilization (-v v=TEXT) the way
- * roundUtilizationUp() does: Python float syntax, 0 < value <= 1, rounded UP to 6 decimals,
- * digit by digit (no binary float in between). Prints the value; exits 1 when it is invalid.
+ * The awk program that reads a run-time --gpu-memory-utilization (from the environment, as
+ * `u`: -v would turn backslashes into escapes) the way roundUtilizationUp() does: Python
+ * float syntax, 1e-323 <= value <= 1, rounded UP to 6 decimals, digit by digit (no binary
+ * float in between). Prints the value; exits 1 when it is invalid.
  */
-const UTIL_AWK = `function dec(x) { sub(/^0+/, "", x); return x + 0 }
+export const UTIL_AWK = `function dec(x) { sub(/^0+/, "", x); return x + 0 }
 BEGIN {
-  s = v
-  if (s !~ /^[+]?([0-9]+[.]?[0-9]*|[.][0-9]+)([eE][-+]?[0-9]+)?$/) exit 1
-  sub(/^[+]/, "", s); e = 0
+  s = ENVIRON["u"]; gsub(/^[ \\t\\n\\v\\f\\r]+|[ \\t\\n\\v\\f\\r]+$/, "", s)
+  if (s !~ /^[+]?(([0-9]+(_[0-9]+)*)?[.][0-9]+(_[0-9]+)*|[0-9]+(_[0-9]+)*[.]?)([eE][-+]?[0-9]+(_[0-9]+)*)?$/) exit 1
+  gsub(/_/, "", s); sub(/^[+]/, "", s); e = 0
   if (match(s, /[eE]/)) { x = substr(s, RSTART + 1); s = substr(s, 1, RSTART - 1); neg = sub(/^-/, "", x); sub(/^[+]/, "", x); e = neg ? -dec(x) : dec(x) }
   p = index(s, ".")
   if (p) { s = substr(s, 1, p - 1) substr(s, p + 1); p-- } else p = length(s)
   while (substr(s, 1, 1) == "0") { s = substr(s, 2); p-- }
   if (s == "") exit 1
-  p += e; if (p > 1) exit 1
+  p += e; if (p > 1 || p < -322) exit 1
   n = p + 6
   if (n < 1) m = 1
   else { t = substr(s, 1, n); while (length(t) < n) t = t "0"; m = dec(t); if (substr(s, n + 1) ~ /[1-9]/) m++ }
   if (m > 1000000) exit 1
   if (m == 1000000) { print 1; exit }
   f = sprintf("%06d", m); sub(/0+$/, "", f); print "0." f
+}`;
+
+/**
+ * The awk program that lists the descendants of process `root`, one pid a line, from the
+ * /proc/PID/stat files it is given (the parent is the 4th field, after the command name in
+ * parentheses, which may itself hold spaces and parentheses). It lists nothing unless /proc
+ * says root's parent is `dad`: pids from a /proc of another PID namespace are not ours.
+ */
+const TREE_AWK = `BEGIN {
+  for (i = 1; i < ARGC; i++) if ((getline s < ARGV[i]) > 0) {
+    close(ARGV[i]); split(ARGV[i], f, "/"); sub(/.*[)] /, "", s); split(s, w, " "); up[f[3]] = w[2]
+  }
+  if (dad == "" || up[root] != dad) exit
+  kin[root] = 1; more = 1
+  while (more) { more = 0; for (p in up) if (!(p in kin) && ((up[p]) in kin)) { kin[p] = 1; more = 1 } }
+  for (p in kin) if (p != root) print p
 }`;
 
 /** Formats nvidia-smi --query-compute-apps output for the timeout message. */
@@ -341,7 +376,7 @@ for a in "$@"; do
 done
 [ -n "$u_seen" ] || die ${EXIT_BAD_UTILIZATION} 'cannot wait for GPU memory: the start has no --gpu-memory-utilization argument, and this preflight reads the utilization from there; not starting vLLM'
 # shellcheck disable=SC2016 # an awk program: its $ are awk's, not the shell's
-util=\`awk -v v="$u_raw" '${UTIL_AWK}'\` || die ${EXIT_BAD_UTILIZATION} "cannot wait for GPU memory: --gpu-memory-utilization \\"$u_raw\\" in the start's arguments is not a number with 0 < u <= 1; not starting vLLM"
+util=\`u=$u_raw awk '${UTIL_AWK}'\` || die ${EXIT_BAD_UTILIZATION} "cannot wait for GPU memory: --gpu-memory-utilization \\"$u_raw\\" in the start's arguments is not a number with 0 < u <= 1; not starting vLLM"
 `;
 
 export function renderPreflightScript(settings: PreflightSettings): string {
@@ -351,6 +386,7 @@ export function renderPreflightScript(settings: PreflightSettings): string {
   const { headroom, timeout, poll, logEvery, mode, smiLimit } = checkOptions(settings);
   const msgFile = validPath(settings.terminationMessagePath);
   // The first query's limit: the per-query limit, cut to the whole timeout (at least 2 s), as CLOCK_AWK does later.
+  const pollWhole = Math.max(1, Math.ceil(Number(poll)));
   const firstLimit = Math.min(Number(smiLimit), Math.max(2, Number(timeout)));
 
   const script = `${PREFLIGHT_MARKER_PREFIX}${version}: wait for GPU memory, then exec vLLM
@@ -382,13 +418,29 @@ ${util === 'from-args' ? FROM_ARGS : ''}# A shell runs traps only between comman
 # As PID 1 the shell ignores signals it does not trap. The job gets KILL: a child
 # still holds this shell's handler between its fork and its exec, and would lose a TERM.
 job=''
-stop() { kill -KILL "$job" 2>/dev/null || :; say "$1 while waiting for GPU memory, exiting"; exit "$2"; }
+# KILL process $1 and all its descendants (found in /proc; stopped first, so none forks
+# unseen). $2: the pid of the parent of $1 in /proc; a /proc of another PID namespace fails
+# that check, and then, as without /proc, only $1 is killed.
+reap() {
+  for sig in STOP KILL; do
+    kin=\`awk -v root="$1" -v dad="$2" "$tree" /proc/[0-9]*/stat 2>/dev/null\` || kin=''
+    # shellcheck disable=SC2086 # a list of pids
+    kill -$sig "$1" $kin 2>/dev/null || :
+  done
+}
+# shellcheck disable=SC2016 # an awk program: its $ are awk's, not the shell's
+tree='${TREE_AWK}'
+read -r me _ 2>/dev/null </proc/self/stat || me=''
+stop() {
+  [ -z "$job" ] || reap "$job" "$me"
+  say "$1 while waiting for GPU memory, exiting"; exit "$2"
+}
 trap 'stop SIGTERM ${EXIT_SIGTERM}' TERM
 trap 'stop SIGINT ${EXIT_SIGINT}' INT
-# nvidia-smi's deadline: after $lim s, KILL it (a process stuck in the driver may ignore
-# TERM) and exit 1; exit 0 when told (TERM) that it answered in time. The TERM may come
-# before the sleep's pid is known: quit remembers it. The sleep gets KILL: a TERM sent
-# between its fork and its exec is lost. It must not hold the capture (or stderr) open.
+# nvidia-smi's deadline: after $lim s, KILL it and all it started (a process stuck in the
+# driver may ignore TERM) and exit 1; exit 0 when told (TERM) that it answered in time. The
+# TERM may come before the sleep's pid is known: quit remembers it. The sleep gets KILL: a
+# TERM sent between its fork and its exec is lost. It must not hold the capture (or stderr) open.
 deadline() {
   s='' quit=''
   trap 'quit=1; [ -z "$s" ] || kill -KILL "$s" 2>/dev/null || :' TERM
@@ -397,13 +449,21 @@ deadline() {
   wait "$s" 2>/dev/null || wait "$s" 2>/dev/null || :
   [ -z "$quit" ] || exit 0
   trap '' TERM
-  kill -KILL "$1" 2>/dev/null || :
+  read -r _ _ _ dad _ 2>/dev/null </proc/self/stat || dad=''
+  reap "$1" "$dad"
   exit 1
+}
+# nvidia-smi "$@", its output read here and passed on: killing this subshell ends the
+# capture even if a process stuck in the driver (deaf to KILL) holds the output of nvidia-smi.
+fetch() {
+  if o=\`nvidia-smi "$@"\`; then rc=0; else rc=$?; fi
+  [ -z "$o" ] || printf '%s\\n' "$o"
+  exit "$rc"
 }
 # nvidia-smi "$@", for at most $lim s: prints its output, returns its status or 124 when it
 # was killed for taking too long. Not timeout(1): images differ in having one, and in which.
 smi() {
-  nvidia-smi "$@" & q=$!
+  fetch "$@" & q=$!
   deadline "$q" & d=$!
   if wait "$q" 2>/dev/null; then rc=0; else rc=$?; fi
   kill "$d" 2>/dev/null || :
@@ -438,7 +498,7 @@ clock() {
 }
 # shellcheck disable=SC2016 # an awk program: its $ are awk's, not the shell's
 tick='${CLOCK_AWK}'
-clock; prev=$raw psrc=$src el=0 lim=${firstLimit} logit=1 lg=0 first=''
+clock; prev=$raw psrc=$src zero=$raw el=0 lim=${firstLimit} logit=1 lg=0 first=''
 while :; do
   poll & job=$!
   if wait "$job"; then v=0; else v=$?; fi
@@ -451,10 +511,11 @@ while :; do
   first=\${first:-$v}
   [ "$logit" = 0 ] || lg=$el
   sleep "$poll_s" & job=$!
-  if ! wait "$job"; then sleep 1 & job=$!; wait "$job" || :; fi
+  # A sleep that refuses fractions: whole seconds, never shorter than the pause (the clock counts on it).
+  if ! wait "$job"; then sleep ${pollWhole} & job=$!; wait "$job" || :; fi
   clock
-  r=\`awk -v raw="$raw" -v src="$src" -v prev="$prev" -v psrc="$psrc" -v el="$el" -v lg="$lg" -v poll="$poll_s" -v lim="$lim" -v q="$smi_limit_s" -v ts="$timeout_s" -v ls="$log_s" "$tick"\` || { unavailable "awk is missing or failed (exit status $?)"; break; }
-  el=\${r%% *} r=\${r#* } lim=\${r%% *} logit=\${r#* } prev=$raw psrc=$src
+  r=\`awk -v raw="$raw" -v src="$src" -v prev="$prev" -v psrc="$psrc" -v zero="$zero" -v el="$el" -v lg="$lg" -v poll="$poll_s" -v lim="$lim" -v q="$smi_limit_s" -v ts="$timeout_s" -v ls="$log_s" "$tick"\` || { unavailable "awk is missing or failed (exit status $?)"; break; }
+  el=\${r%% *} r=\${r#* } lim=\${r%% *} r=\${r#* } logit=\${r%% *} zero=\${r#* } prev=$raw psrc=$src
 done
 exec "$@"
 `;

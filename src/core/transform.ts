@@ -9,18 +9,18 @@
  * (src/core/decide/container.ts); apply the edits (src/core/yaml/edit.ts) and check the edited
  * text means what was intended (src/core/yaml/verify.ts). Everything else is copied.
  */
-import { isMap, isSeq, type Node } from 'yaml';
+import { isMap, isSeq, type Node, type YAMLMap } from 'yaml';
 import type { Options } from './options.js';
-import { decideContainer, type ContainerEdit, type ContainerReport, type PodControls } from './decide/container.js';
-import { ANNOTATION_CONTAINERS, ANNOTATION_SKIP, ANNOTATION_UTILIZATION } from './decide/detect.js';
-import { describeDocument, PreflightError, type DocumentRef, type ErrorDetails } from './errors.js';
-import { emptyDeviceClaims, nvidiaGpuSignals, recordDeviceClaim, type DeviceClaims } from './tables/gpu.js';
+import type { ContainerReport } from './decide/container.js';
+import { visitObject, type ObjectVisit } from './decide/object.js';
+import { describeDocument, PreflightError, type DocumentRef } from './errors.js';
+import { emptyDeviceClaims, recordDeviceClaim, type DeviceClaims } from './tables/gpu.js';
 import { KNOWN_IMAGES } from './tables/images.js';
-import { applyEdits } from './yaml/edit.js';
+import { applyEdits, readArgv, startEdits, type TextEdit } from './yaml/edit.js';
 import type { RegistryAnswers, StartSources } from './decide/start.js';
 import { LineIndex, lineEnding, splitStream, type Chunk, type StreamText } from './yaml/stream.js';
-import { formatPath, verifyEditedChunk, type IntendedStart } from './yaml/verify.js';
-import { findOperatorKind, findWorkloadKind, LIST_KIND, OPERATOR_KINDS, templatesOf, type FoundTemplate } from './tables/workloads.js';
+import { verifyEditedChunk, type IntendedStart } from './yaml/verify.js';
+import { KINDS_WITHOUT_CONTAINERS } from './tables/workloads.js';
 import { TARGET_WORDS } from './decide/target-words.js';
 import { parseDocuments } from './yaml/fast-parse.js';
 import { effectiveGet, findDuplicateKeys, resolveAlias, type ParsedDocument } from './yaml/nodes.js';
@@ -58,8 +58,8 @@ function candidateTest(options: Options): (text: string) => boolean {
   const containersKey = /containers['"]?\s*:/;
   // The regex only where the word is: a native search rules most documents out at once.
   const hasContainers = (text: string): boolean => text.includes('containers') && containersKey.test(text);
-  // Operator resources carry no `containers` key of their own (Dynamo, KubeAI), yet explain must name them.
-  const operatorKind = new RegExp(`^kind:[ \\t]*['"]?(${OPERATOR_KINDS.map((k) => k.kind).join('|')})\\b`, 'm');
+  // Operator resources (Dynamo, KubeAI), OpenShift templates and KServe's model predictors carry no `containers` key of their own, yet explain must name them.
+  const operatorKind = new RegExp(`^kind:[ \\t]*['"]?(${KINDS_WITHOUT_CONTAINERS.join('|')})\\b`, 'm');
   return (text) => (hasContainers(text) || text.includes('\\') || operatorKind.test(text)) && (mentions.test(text) || text.includes('\\'));
 }
 
@@ -103,170 +103,6 @@ function nodeAt(root: unknown, path: readonly (string | number)[], doc: ParsedDo
   return node;
 }
 
-function annotationsOf(objectValue: unknown): Plain {
-  return asObject(asObject(asObject(objectValue)?.metadata)?.annotations) ?? {};
-}
-
-/** One document being visited. */
-interface DocumentVisit {
-  doc: ParsedDocument;
-  value: unknown;
-  ref: DocumentRef;
-  chunk: Chunk;
-  lines: LineIndex;
-  nl: '\n' | '\r\n';
-  options: Options;
-  sources: StartSources;
-  claims: DeviceClaims;
-  result: TransformResult;
-  edits: (ContainerEdit & { report: ContainerReport })[];
-  wanted: Set<string>;
-}
-
-function record(visit: Pick<DocumentVisit, 'result'>, report: ContainerReport): void {
-  visit.result.containers.push(report);
-  if (report.error) {
-    visit.result.errors.push(report.error);
-    return;
-  }
-  // Inside a `kind: List` the document is the list: name the workload too.
-  const doc = report.document;
-  const workload = report.workload === `${doc.kind ?? '?'}/${doc.name ?? '?'}` ? '' : `, ${report.workload}`;
-  for (const warning of report.warnings) visit.result.warnings.push(`${describeDocument(doc)}${workload}, container "${report.container}": ${warning}`);
-}
-
-function annotationError(visit: DocumentVisit, base: Pick<ContainerReport, 'document' | 'workload' | 'template'>, container: string, error: PreflightError): void {
-  record(visit, { ...base, container, initContainer: false, action: 'error', reason: error.message, gpus: [], gpuSignals: [], warnings: [], notes: [], error });
-}
-
-interface Controls {
-  skip?: string;
-  forced?: string;
-  utilization?: string;
-}
-
-/** Our annotations on one object or pod template, checked. */
-function readControls(annotations: Plain, context: ErrorDetails): Controls {
-  const skip = annotations[ANNOTATION_SKIP];
-  const forced = annotations[ANNOTATION_CONTAINERS];
-  const utilization = annotations[ANNOTATION_UTILIZATION];
-  if (skip !== undefined && skip !== 'true' && skip !== 'false') {
-    throw new PreflightError('BAD_ANNOTATION', `annotation ${ANNOTATION_SKIP} is "${String(skip)}"`, { ...context, fix: 'use "true" or "false"' });
-  }
-  if (forced !== undefined && typeof forced !== 'string') {
-    throw new PreflightError('BAD_ANNOTATION', `annotation ${ANNOTATION_CONTAINERS} must be a comma-separated string of container names`, context);
-  }
-  if (utilization !== undefined && typeof utilization !== 'string') {
-    throw new PreflightError('BAD_ANNOTATION', `annotation ${ANNOTATION_UTILIZATION} must be a quoted string such as "0.9"`, context);
-  }
-  return { skip: skip as string | undefined, forced: forced as string | undefined, utilization: utilization as string | undefined };
-}
-
-function names(list: string | undefined): Set<string> {
-  return new Set((list ?? '').split(',').map((s) => s.trim()).filter(Boolean));
-}
-
-function visitObject(visit: DocumentVisit, value: unknown, at: readonly (string | number)[]): void {
-  const object = asObject(value);
-  if (!object) return;
-  if (object.kind === LIST_KIND && Array.isArray(object.items)) {
-    object.items.forEach((item, i) => visitObject(visit, item, [...at, 'items', i]));
-    return;
-  }
-  const workload = `${String(object.kind)}/${String(asObject(object.metadata)?.name ?? '?')}`;
-  const where = at.length ? `${formatPath(at)}.` : '';
-  const operator = findOperatorKind(object.kind, object.apiVersion);
-  if (operator) {
-    visit.result.containers.push({ document: visit.ref, workload, template: `${where}(object)`, container: '-', initContainer: false, action: 'cannot-wrap', reason: `mentions vLLM, cannot be wrapped here: ${operator.why}`, gpus: [], gpuSignals: [], warnings: [], notes: [] });
-    return;
-  }
-  const kind = findWorkloadKind(object.kind, object.apiVersion);
-  if (!kind) return;
-  const base = { document: visit.ref, workload, template: `${where}(object)` };
-  let objectControls: Controls;
-  try {
-    objectControls = readControls(annotationsOf(object), { document: visit.ref });
-  } catch (error) {
-    annotationError(visit, base, '*', error as PreflightError);
-    return;
-  }
-  const templates = templatesOf(kind, object);
-  const seenNames = new Set<string>();
-  for (const template of templates) {
-    if (!template.isTemplate && kind.builtByOperatorWhen && asObject(valueAt(object, template.path))?.[kind.builtByOperatorWhen.key] !== undefined) {
-      visit.result.containers.push({ ...base, template: `${where}${formatPath(template.path)}`, container: '-', initContainer: false, action: 'cannot-wrap', reason: `mentions vLLM, cannot be wrapped here: ${kind.builtByOperatorWhen.why}`, gpus: [], gpuSignals: [], warnings: [], notes: [] });
-      continue;
-    }
-    for (const name of visitTemplate(visit, object, template, at, workload, where, objectControls)) seenNames.add(name);
-  }
-  // A workload-level name must match a container of some template (a LeaderWorkerSet names its worker's).
-  for (const name of names(objectControls.forced)) {
-    if (seenNames.has(name)) continue;
-    const fix = `use one of: ${[...seenNames].join(', ') || '(no containers)'}`;
-    annotationError(visit, base, name, new PreflightError('BAD_ANNOTATION', `annotation ${ANNOTATION_CONTAINERS} names "${name}", which is not a container of any pod template of this workload`, { document: visit.ref, fix }));
-  }
-}
-
-/** Visits one pod template; returns its container names. */
-function visitTemplate(visit: DocumentVisit, object: Plain, found: FoundTemplate, at: readonly (string | number)[], workload: string, where: string, objectControls: Controls): string[] {
-  const templateValue = asObject(valueAt(object, found.path));
-  const podSpec = found.isTemplate ? asObject(templateValue?.spec) : templateValue;
-  const base = { document: visit.ref, workload, template: `${where}${found.path.length ? formatPath(found.path) : '(object)'}` };
-  if (!podSpec) return [];
-  let templateControls: Controls = {};
-  try {
-    if (found.isTemplate && found.path.length) templateControls = readControls(annotationsOf(templateValue), { document: visit.ref });
-  } catch (error) {
-    annotationError(visit, base, '*', error as PreflightError);
-    return [];
-  }
-  const skip = (templateControls.skip ?? objectControls.skip) === 'true';
-  const forcedHere = names(templateControls.forced);
-  const forcedByObject = names(objectControls.forced);
-  const utilization = templateControls.utilization ?? objectControls.utilization;
-  const specPath = [...at, ...found.path, ...(found.isTemplate ? ['spec'] : [])];
-  const containerNames: string[] = [];
-
-  const initContainers = podSpec.initContainers;
-  if (Array.isArray(initContainers)) {
-    for (const c of initContainers.map(asObject)) {
-      const gpus = nvidiaGpuSignals({ container: c ?? {}, podSpec, claims: visit.claims }).signals;
-      visit.result.containers.push({ ...base, container: String(c?.name ?? '?'), initContainer: true, image: c?.image as string | undefined, action: 'skip', reason: 'init container: it does not re-run when the model container restarts', gpus: gpus.map((g) => g.detail), gpuSignals: gpus, warnings: [], notes: [] });
-    }
-  }
-  const containers = podSpec.containers;
-  if (Array.isArray(containers)) {
-    containers.forEach((item, i) => {
-      const container = asObject(item);
-      const path = [...specPath, 'containers', i];
-      const node = nodeAt(visit.doc.contents, path, visit.doc);
-      if (!container || !isMap(node)) return;
-      const name = String(container.name ?? '?');
-      containerNames.push(name);
-      const controls: PodControls = {
-        skip,
-        forced: forcedHere.has(name) || forcedByObject.has(name),
-        utilizationAnnotation: utilization !== undefined ? { key: ANNOTATION_UTILIZATION, value: utilization } : undefined,
-      };
-      const context: ErrorDetails = { document: visit.ref, container: name, image: typeof container.image === 'string' ? container.image : undefined };
-      // Only messages need the position: computing it here would index the lines of the whole stream.
-      const start = node.range?.[0];
-      if (start !== undefined) Object.defineProperty(context, 'position', { get: () => visit.lines.position(visit.chunk.offset + start), enumerable: true });
-      const decision = decideContainer(
-        { node, value: container, path, podSpec, doc: visit.doc, text: visit.chunk.text, nl: visit.nl, controls, claims: visit.claims, options: visit.options, sources: visit.sources, context, onWanted: (image) => visit.wanted.add(image) },
-        base,
-      );
-      record(visit, decision.report);
-      if (decision.edit) visit.edits.push({ ...decision.edit, report: decision.report });
-    });
-  }
-  for (const name of forcedHere) {
-    if (containerNames.includes(name)) continue;
-    annotationError(visit, base, name, new PreflightError('BAD_ANNOTATION', `annotation ${ANNOTATION_CONTAINERS} names "${name}", which is not a container of this pod template`, { document: visit.ref, fix: `use one of: ${containerNames.join(', ') || '(no containers)'}` }));
-  }
-  return containerNames;
-}
-
 const SOURCE_COMMENT = /^# Source: (.+?)\r?$/m;
 /** A chunk of comments only: Helm 4 prints `---\n# Source: x\n---\n<document>`. */
 const COMMENTS_ONLY = /^(---[ \t]*\r?\n?)?([ \t]*(#.*)?\r?(\n|$))*$/;
@@ -301,11 +137,14 @@ function refFromText(lines: LineIndex, chunk: Chunk, index: number, previousChun
   return { index, line, kind, name, source: sourceOf(chunk.text, previousChunk) };
 }
 
+/** One container's decided start, as text edits of its document. */
+type TextEditOf = { edits: TextEdit[]; intended: IntendedStart; report: ContainerReport };
+
 /** Applies a document chunk's edits, checks them, and refuses any edit that would mean more than intended. */
-function editChunk(chunk: Chunk, values: readonly unknown[], edits: DocumentVisit['edits'][], result: TransformResult, fast: boolean): string {
+function editChunk(chunk: Chunk, values: readonly unknown[], edits: TextEditOf[][], result: TransformResult, fast: boolean): string {
   const all = edits.flat();
   if (all.length === 0) return chunk.text;
-  const intended = (subset: readonly (readonly DocumentVisit['edits'][number][])[]): IntendedStart[][] => subset.map((list) => list.map((e) => e.intended));
+  const intended = (subset: readonly (readonly TextEditOf[])[]): IntendedStart[][] => subset.map((list) => list.map((e) => e.intended));
   const edited = applyEdits(chunk.text, all.flatMap((e) => e.edits));
   const problem = verifyEditedChunk(edited, values, intended(edits), fast);
   if (!problem) return edited;
@@ -354,7 +193,7 @@ export function transform(stream: StreamText, options: Options, input: Transform
     }
     const docs = parseDocuments(chunk.text, fast);
     const values: unknown[] = [];
-    const editsByDoc: DocumentVisit['edits'][] = [];
+    const editsByDoc: TextEditOf[][] = [];
     let broken = false;
     for (const [i, doc] of docs.entries()) {
       const syntax = doc.errors[0];
@@ -380,9 +219,23 @@ export function transform(stream: StreamText, options: Options, input: Transform
       for (const dup of doc.uniqueKeys ? [] : findDuplicateKeys(doc.contents)) {
         result.warnings.push(`${describeDocument(ref)}: key "${dup.key}" appears more than once in ${dup.path}; the last value is used, as Helm and kubectl do`);
       }
-      const visit: DocumentVisit = { doc, value, ref, chunk, lines, nl: lineEnding(chunk.text), options, sources, claims, result, edits: [], wanted };
-      visitObject(visit, value, []);
-      editsByDoc.push(visit.edits);
+      const access: ObjectVisit['access'] = (path) => {
+        const node = nodeAt(doc.contents, path, doc);
+        if (!isMap(node)) return undefined;
+        const start = node.range?.[0];
+        return {
+          readArgv: (key) => readArgv(node, key, doc, chunk.text, {}),
+          position: start === undefined ? undefined : () => lines.position(chunk.offset + start),
+        };
+      };
+      const edits: TextEditOf[] = [];
+      const nl = lineEnding(chunk.text);
+      const write: ObjectVisit['write'] = ({ intended, anchors }, report, context) => {
+        const node = nodeAt(doc.contents, intended.path, doc) as YAMLMap;
+        edits.push({ edits: startEdits(chunk.text, node, intended.command, intended.args, nl, context, anchors), intended, report });
+      };
+      visitObject({ ref, options, sources, claims, result, access, write, wanted }, value, []);
+      editsByDoc.push(edits);
     }
     pieces.push(broken ? chunk.text : editChunk(chunk, values, editsByDoc, result, fast));
   }

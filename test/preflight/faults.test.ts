@@ -25,6 +25,7 @@ import {
   cleanupTempDirs,
   delay,
   gpuLine,
+  leftovers,
   nsPid,
   run,
   settle,
@@ -107,6 +108,51 @@ describe.each(SHELLS)('faults under $name', (shell) => {
       expect(r.lines[0]).toMatch(HUNG(1));
       expect(r.smiPids).toHaveLength(1);
       await nothingLeft(r);
+    });
+
+    // reproducer v0.2/preflight-nvidia-smi-child-holds-pipe: a wrapper's child kept the capture open for ever
+    it.each([
+      ['warn', false],
+      ['fail', false],
+      ['warn', true],
+      ['fail', true],
+    ] as const)('a wrapper whose child hangs holding the output: %s mode (PID 1: %s) ends at the per-query limit, nothing left running', async (mode, pid1) => {
+      const r = await run(shell, {
+        pid1,
+        readings: [{ out: '', hang: true, hangIn: 'child' }],
+        settings: { timeoutSeconds: 4, nvidiaSmiTimeoutSeconds: 2, onNvidiaSmiUnavailable: mode },
+      });
+      if (mode === 'warn') {
+        execed(r);
+        expect(r.lines[0]).toMatch(WARN);
+      } else {
+        expect(r.code).toBe(EXIT_NVIDIA_SMI_UNAVAILABLE);
+        notExeced(r);
+        expect(r.lines.at(-1)).toMatch(FAIL);
+      }
+      expect(r.lines.at(-1)).toMatch(HUNG(2));
+      expect(r.ms).toBeGreaterThanOrEqual(2000);
+      expect(r.ms).toBeLessThan(2000 + 5000);
+      onlyOurLines(r);
+      await nothingLeft(r);
+    });
+
+    it('a process that holds the output and cannot be stopped does not hold the script: it goes on at the limit', async () => {
+      const h = start(shell, {
+        readings: [{ out: '', hang: true, hangIn: 'escaped' }],
+        settings: { timeoutSeconds: 30, nvidiaSmiTimeoutSeconds: 1, onNvidiaSmiUnavailable: 'fail' },
+      });
+      const t0 = performance.now();
+      const ms = (await h.exited) - t0;
+      // the escaped copy still holds the shell's stderr, so the run is only "done" once it is gone
+      const left = leftovers(h.dir);
+      for (const p of left) process.kill(p.pid, 'SIGKILL');
+      const r = await h.done;
+      expect(r.code).toBe(EXIT_NVIDIA_SMI_UNAVAILABLE);
+      expect(r.lines.at(-1)).toMatch(HUNG(1));
+      expect(ms).toBeGreaterThanOrEqual(1000 - 100);
+      expect(ms).toBeLessThan(1000 + 5000);
+      expect(left.map((p) => p.cmd)).toEqual([expect.stringMatching(/sleep 100000$/)]); // only the escaped copy
     });
 
     it('slow but under the limit: waits for the answer and goes on polling', async () => {
@@ -194,9 +240,27 @@ describe.each(SHELLS)('faults under $name', (shell) => {
       notExeced(r);
       expect(r.lines.at(-1)).toBe(`vram-preflight: ${sig} while waiting for GPU memory, exiting`);
       onlyOurLines(r);
-      // As PID 1 its exit ends the namespace at once; otherwise the query's own deadline
-      // (3 s here) still ends nvidia-smi: nothing is left either way.
-      await nothingLeft(r, pid1 ? 2000 : 3000 + 3000);
+      // As PID 1 its exit ends the namespace at once; otherwise it kills what it started
+      // before it exits (not left to the query's own 3 s deadline): nothing is left either way.
+      await nothingLeft(r, 1500);
+    });
+
+    // reproducer v0.2/preflight-sigterm-leaves-children: not PID 1 (tini, shareProcessNamespace)
+    it.each<[string, RunOptions]>([
+      ['a slow query', { readings: [{ out: FREE, delay: 8 }] }],
+      ['a wrapper whose child hangs', { readings: [{ out: '', hang: true, hangIn: 'child' }] }],
+      ['the pause between polls', { readings: [{ out: SHORT }], settings: { pollIntervalSeconds: 20 } }],
+    ])('not PID 1, SIGTERM during %s: exit 143, and nothing it started outlives it', async (_n, opts) => {
+      const h = start(shell, { ...opts, settings: { nvidiaSmiTimeoutSeconds: 10, timeoutSeconds: 60, ...opts.settings } });
+      await waitFor(() => h.queries().length >= 1);
+      await delay(300); // inside the query or the pause
+      process.kill(await h.shellPid(), 'SIGTERM');
+      const r = await h.done;
+      expect(r.code, r.stderr).toBe(EXIT_SIGTERM);
+      notExeced(r);
+      expect(r.lines.at(-1)).toBe('vram-preflight: SIGTERM while waiting for GPU memory, exiting');
+      onlyOurLines(r);
+      await nothingLeft(r, 1000); // far less than the 8 s query, the 10 s limit or the 20 s pause
     });
   });
 
@@ -296,11 +360,39 @@ describe.each(SHELLS)('faults under $name', (shell) => {
       expect(r.lines.at(-1)).toMatch(/GPU memory arrived after \d+\.\d s of waiting/);
     });
 
-    it('the timeout still fires without /proc/uptime', async () => {
+    // docs/restart-race.md: without /proc/uptime the timeout fires no earlier than timeout_s and at most
+    // 2 s + one round (a pause and a query) later; the upper bounds add scheduling slack.
+    it('the timeout still fires without /proc/uptime, never early', async () => {
       const r = await fault(shell, { lockdown: true, noProc: true, settings: { timeoutSeconds: 2 }, readings: [{ out: SHORT }] });
       expect(r.code).toBe(EXIT_TIMEOUT);
       expect(r.ms).toBeGreaterThanOrEqual(2000);
-      expect(r.ms).toBeLessThan(2000 + 8000);
+      expect(r.ms).toBeLessThan(2000 + 2000 + 6000);
+    });
+
+    it('a first reading just before a whole second ends does not make the timeout early', async () => {
+      const r = await fault(shell, {
+        lockdown: true,
+        noProc: true,
+        settings: { timeoutSeconds: 2 },
+        readings: [{ out: SHORT }],
+        fakeDate: 'second-ends',
+      });
+      expect(r.code).toBe(EXIT_TIMEOUT);
+      expect(r.ms).toBeGreaterThanOrEqual(2000);
+      expect(r.ms).toBeLessThan(2000 + 2000 + 6000);
+    });
+
+    it('a first reading just as a whole second begins makes it late by at most 2 s and a round', async () => {
+      const r = await fault(shell, {
+        lockdown: true,
+        noProc: true,
+        settings: { timeoutSeconds: 2 },
+        readings: [{ out: SHORT }],
+        fakeDate: 'second-begins',
+      });
+      expect(r.code).toBe(EXIT_TIMEOUT);
+      expect(r.ms).toBeGreaterThanOrEqual(2000);
+      expect(r.ms).toBeLessThan(2000 + 2000 + 6000);
     });
 
     it('a wall clock that jumps a day forward does not end the wait early, nor one that goes back stop it', async () => {
@@ -346,6 +438,12 @@ describe.each(SHELLS)('utilization from the start\'s arguments under $name', (sh
     [['--gpu-memory-utilization', '1.0E0'], '1'],
     [['--gpu-memory-utilization', '0.99999999'], '1'],
     [['--gpu-memory-utilization', '5e-9'], '0.000001'],
+    // reproducer v0.2/preflight-utilization-with-whitespace: float() strips ASCII whitespace
+    [['--gpu-memory-utilization', '0.9\n'], '0.9'],
+    [['--gpu-memory-utilization', ' 0.9'], '0.9'],
+    [['--gpu-memory-utilization', '0.9\r'], '0.9'],
+    [['--gpu-memory-utilization=\t0.8\r\n'], '0.8'],
+    [['--gpu-memory-utilization', '0.9_5'], '0.95'],
   ])('%j: waits for %s of each GPU', async (args, shown) => {
     const r = await run(shell, { settings: fromArgs, readings: [{ out: gpuLine(0, 143771) }], args });
     execed(r, args);
@@ -363,6 +461,10 @@ describe.each(SHELLS)('utilization from the start\'s arguments under $name', (sh
     [['--gpu-memory-utilization', '-0.5'], '"-0.5"'],
     [['--gpu-memory-utilization', '0x1'], '"0x1"'],
     [['--gpu-memory-utilization', 'nan'], '"nan"'],
+    [['--gpu-memory-utilization', '0.9\\n'], '"0.9\\n"'],
+    [['--gpu-memory-utilization', '0.9_'], '"0.9_"'],
+    [['--gpu-memory-utilization', '0. 9'], '"0. 9"'],
+    [['--gpu-memory-utilization', '1e-400'], '"1e-400"'],
     [['--gpu-memory-utilization', '$(GPU_UTIL)'], '"$(GPU_UTIL)"'],
     [['--gpu-memory-utilization', '0.9', '--gpu-memory-utilization', 'x'], '"x"'],
   ])('%j: exits 78 naming the wait and the value, before any nvidia-smi query', async (args, msg) => {

@@ -52,6 +52,12 @@ export interface Reading {
   hang?: boolean;
   /** While hanging, ignore SIGTERM (only KILL ends it). */
   ignoreTerm?: boolean;
+  /**
+   * Hang in a process the fake starts, which keeps its stdout open: 'child' is a wrapper script
+   * waiting for it; 'escaped' leaves a copy that is no longer its descendant (as a process stuck in
+   * the driver, which no signal ends, stands for one the script cannot stop).
+   */
+  hangIn?: 'child' | 'escaped';
 }
 
 export const TOTAL = 143771;
@@ -110,8 +116,13 @@ export interface RunOptions {
   setup?: string;
   /** Replace the PATH tail (after the fake bin dir). */
   pathTail?: string;
-  /** A fake `date` first on PATH: 'jumps' prints 1000, then 87400 (set a day forward), then 50 (set back) from then on; 'broken' fails. */
-  fakeDate?: 'jumps' | 'broken';
+  /**
+   * A fake `date` first on PATH: 'jumps' prints 1000, then 87400 (set a day forward), then 50 (set back)
+   * from then on; 'broken' fails. 'second-ends' and 'second-begins' tell the true time in whole seconds,
+   * the first call 0.999 s before a whole second ends (the worst case for counting too much) or just as
+   * one begins (the worst case for counting too little).
+   */
+  fakeDate?: 'jumps' | 'broken' | 'second-ends' | 'second-begins';
 }
 
 export interface Run {
@@ -191,7 +202,7 @@ export function start(shell: ShellKind, opts: RunOptions = {}): Run {
     writeFileSync(join(dir, `reading.${i + 1}`), r.out);
     writeFileSync(join(dir, `reading.${i + 1}.rc`), String(r.rc ?? 0));
     writeFileSync(join(dir, `reading.${i + 1}.delay`), String(r.delay ?? 0));
-    writeFileSync(join(dir, `reading.${i + 1}.hang`), r.hang ? (r.ignoreTerm ? 'ignore-term' : 'hang') : '');
+    writeFileSync(join(dir, `reading.${i + 1}.hang`), r.hang ? (r.hangIn ?? (r.ignoreTerm ? 'ignore-term' : 'hang')) : '');
   });
   writeFileSync(join(dir, 'apps'), opts.apps ?? '');
 
@@ -210,6 +221,8 @@ n=$(wc -l <"$D/queries"); n=$((n))
 case $(cat "$D/reading.$n.hang") in
 hang) exec ${realSleep} 100000 ;;
 ignore-term) trap '' TERM; exec ${realSleep} 100000 ;;
+child) ${realSleep} 100000; exit 0 ;;
+escaped) (${realSleep} 100000 &); exec ${realSleep} 100000 ;;
 esac
 ${realSleep} "$(cat "$D/reading.$n.delay")"
 cat "$D/reading.$n"
@@ -232,7 +245,14 @@ ${opts.sleepIntegerOnly ? `case "$1" in *.*) echo "sleep: invalid number '$1'" >
       join(bin, 'date'),
       opts.fakeDate === 'broken'
         ? '#!/bin/sh\necho "date: broken" >&2\nexit 1\n'
-        : `#!/bin/sh
+        : opts.fakeDate === 'second-ends' || opts.fakeDate === 'second-begins'
+          ? `#!/bin/sh
+now=$(${which('date')} +%s%N)
+[ -s ${sh(join(dir, 'date-start'))} ] || echo "$now" >${sh(join(dir, 'date-start'))}
+read -r start <${sh(join(dir, 'date-start'))}
+echo $(( 1000 + (now - start + ${opts.fakeDate === 'second-ends' ? 999_000_000 : 0}) / 1000000000 ))
+`
+          : `#!/bin/sh
 echo x >>${sh(join(dir, 'date-calls'))}
 case $(wc -l <${sh(join(dir, 'date-calls'))}) in 1) echo 1000 ;; 2) echo 87400 ;; *) echo 50 ;; esac
 `,

@@ -235,6 +235,10 @@ describe.each(SHELLS)('preflight under $name', (shell) => {
       ['prints garbage', { out: 'NVIDIA-SMI has failed because it could not communicate with the NVIDIA driver.\n' }, /unreadable line: NVIDIA-SMI has failed/],
       ['prints nothing', { out: '' }, /listed no GPU/],
       ['prints a negative number', { out: '0, GPU-x, 143771, -5\n' }, /free=-5/],
+      // reproducer v0.2/preflight-implausible-readings: readings that cannot be true are not "enough"
+      ['reads 0 MiB total', { out: '0, GPU-x, 0, 0\n' }, /GPU 0 memory reads total=0 free=0/],
+      ['reads more free than total', { out: '0, GPU-x, 100, 81000\n' }, /GPU 0 memory reads total=100 free=81000/],
+      ['reads more free than total on one GPU of two', { out: gpuLine(0, 143156) + gpuLine(1, TOTAL + 1) }, /GPU 1 memory reads total=143771 free=143772/],
       ['exits non-zero', { out: gpuLine(0, 143156), rc: 9 }, /nvidia-smi failed \(exit status 9\)/],
       ['is not on PATH', 'absent', /nvidia-smi failed \(exit status 127\)/],
     ];

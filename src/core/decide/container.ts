@@ -1,22 +1,23 @@
 /**
  * The decision for one container: is it a target (vLLM on an NVIDIA GPU),
- * what does it run, how much memory will vLLM ask for, and which edit wraps
- * it. Everything it reads comes in as values and nodes; it returns a report
- * and, for a target, the edit.
+ * what does it run, how much memory will vLLM ask for, and what its start
+ * becomes. Everything it reads comes in as plain values, and its command and
+ * args through the door's reader (YAML nodes for a render, JSON arrays for an
+ * admitted pod); it returns a report and, for a target, the intended start.
+ * Writing that start (a text edit, a JSON Patch) is the caller's.
  */
-import type { YAMLMap } from 'yaml';
 import type { Options } from '../options.js';
 import { PreflightError, type DocumentRef, type ErrorDetails } from '../errors.js';
-import { ANNOTATION_CONTAINERS, ANNOTATION_SKIP, imageIsVllmFamily, isHuggingfaceServer, mentionsVllmFlag, nameSelected, runsOnCpu, startsVllmInBackground, vllmEvidence } from './detect.js';
-import { nvidiaGpuSignals, SIGNALS_CHECKED, type DeviceClaims, type GpuSignal } from '../tables/gpu.js';
+import { ANNOTATION_CONTAINERS, ANNOTATION_SKIP, imageIsVllmFamily, isHuggingfaceServerImage, mentionsVllmFlag, nameSelected, otherEngine, runsHuggingfaceServer, runsOnCpu, shellRunsPreflight, startsRayNode, startsVllmInBackground, vllmEvidence } from './detect.js';
+import { nvidiaGpuSignals, otherAccelerators, SIGNALS_CHECKED, type DeviceClaims, type GpuSignal } from '../tables/gpu.js';
+import { asBashWord, joinsAsOneCommand, kuberayStart, RAY_OVERWRITE_ANNOTATION, type RayStart } from './kuberay.js';
 import { imageReferenceProblem, parseImage, repositoryMatches } from '../tables/image-ref.js';
-import { renderPreflightScript } from '../preflight.js';
-import { readArgv, startEdits, type KeptAnchors, type TextEdit } from '../yaml/edit.js';
+import { PREFLIGHT_MARKER_PREFIX, renderPreflightScript } from '../preflight.js';
+import type { KeptAnchors } from '../yaml/edit.js';
 import { isWrapped, resolveStart, WRAPPER_COMMAND, type ContainerStart, type StartEvidence, type StartSources } from './start.js';
 import { readUtilization, type EnvVar, type Utilization } from './utilization.js';
-import type { IntendedStart, ValuePath } from '../yaml/verify.js';
+import type { IntendedStart, ValuePath } from './values.js';
 import { VERSION } from '../version.js';
-import type { ParsedDocument } from '../yaml/nodes.js';
 
 export type Action = 'wrap' | 'rewrap' | 'unchanged' | 'unwrap' | 'skip' | 'cannot-wrap' | 'error';
 
@@ -51,27 +52,38 @@ export interface PodControls {
   utilizationAnnotation?: { key: string; value: string };
 }
 
+/** A container's `command` or `args` as the cluster reads them: null when absent, null or empty. */
+export interface ArgvRead {
+  items: string[] | null;
+  /** Labels on the items that must travel with them (YAML anchors); opaque to the decision. */
+  anchors?: (string | undefined)[];
+}
+
+/** Reads a container's command or args; throws PreflightError when they cannot be read as lists of strings. */
+export type ArgvReader = (key: 'command' | 'args') => ArgvRead;
+
 export interface ContainerInput {
-  node: YAMLMap;
   value: Record<string, unknown>;
-  /** Path of the container in the document's value, for the after-edit check. */
+  readArgv: ArgvReader;
+  /** Path of the container in the document's value. */
   path: ValuePath;
   podSpec: Record<string, unknown>;
-  doc: ParsedDocument;
-  /** The text node ranges refer to (the chunk). */
-  text: string;
-  nl: '\n' | '\r\n';
   controls: PodControls;
+  /** Leave a container that is already wrapped exactly as it is (the webhook: the render or a reinvocation wrapped it). */
+  keepWrapped?: boolean;
   claims: DeviceClaims;
+  /** The Ray container of a KubeRay head or worker pod: KubeRay decides its start (./kuberay.ts). */
+  ray?: { overwrite: boolean };
   options: Options;
   sources: StartSources;
   context: ErrorDetails;
   onWanted: (image: string) => void;
 }
 
+/** The start a container gets, and the labels its old items carry to their new places. */
 export interface ContainerEdit {
-  edits: TextEdit[];
   intended: IntendedStart;
+  anchors: KeptAnchors;
 }
 
 export interface ContainerDecision {
@@ -90,6 +102,14 @@ function preflightScript(settings: Parameters<typeof renderPreflightScript>[0]):
     scripts.set(key, script);
   }
   return script;
+}
+
+/** Why a written start is not vLLM: a known other engine by name; otherwise its program, with the way to opt in. */
+function notVllmReason(written: readonly string[]): string {
+  const engine = otherEngine(written);
+  if (engine) return `its start runs ${engine}, not vLLM`;
+  if (runsHuggingfaceServer(written)) return 'KServe huggingfaceserver without --backend=vllm';
+  return `its start runs ${written[0]}, not vLLM (name it in ${ANNOTATION_CONTAINERS} if it starts vLLM indirectly)`;
 }
 
 function probeBudget(container: Record<string, unknown>): number | undefined {
@@ -124,50 +144,78 @@ function keptAnchors(command: (string | undefined)[] | undefined, args: (string 
 }
 
 export function decideContainer(input: ContainerInput, base: Pick<ContainerReport, 'document' | 'workload' | 'template'>): ContainerDecision {
-  const { node, value: container, doc, text, options, controls, context } = input;
+  const { value: container, options, controls, context } = input;
   const name = String(container.name ?? '?');
   const image = typeof container.image === 'string' ? container.image : undefined;
   const gpu = nvidiaGpuSignals({ container, podSpec: input.podSpec, claims: input.claims });
   const report: ContainerReport = { ...base, container: name, initContainer: false, image, action: 'skip', reason: '', gpus: gpu.signals.map((s) => s.detail), gpuSignals: gpu.signals, warnings: [], notes: [] };
   try {
-    const command = readArgv(node, 'command', doc, text, context);
-    const args = readArgv(node, 'args', doc, text, context);
+    const command = input.readArgv('command');
+    const args = input.readArgv('args');
     const wrapped = isWrapped(command.items, args.items);
+    if (wrapped && input.keepWrapped) {
+      report.action = 'unchanged';
+      report.reason = 'already wrapped (by vram-preflight at render time, or by this webhook before)';
+      return { report };
+    }
     const written = wrapped ? args.items!.slice(2) : [...(command.items ?? []), ...(args.items ?? [])];
+    const rayStart: RayStart | undefined = input.ray ? kuberayStart(command.items, args.items, input.ray.overwrite) : undefined;
     let start: ContainerStart | undefined;
-    const resolve = (): ContainerStart => (start ??= resolveStart({ command: command.items, args: args.items, image }, input.sources, context, input.onWanted));
+    const resolve = (): ContainerStart =>
+      (start ??=
+        rayStart === 'joined'
+          ? { start: written, origin: 'command + args, which KubeRay runs joined in bash -lc before `ray start`', evidence: { source: wrapped ? 'wrapped' : 'command', detail: 'joined by KubeRay' }, wrappedBefore: wrapped, warnings: [] }
+          : resolveStart({ command: command.items, args: args.items, image, rayPod: input.ray !== undefined }, input.sources, context, input.onWanted));
 
     const skipBecause = ((): string | undefined => {
       if (controls.skip) return `opted out by annotation ${ANNOTATION_SKIP}`;
-      refuseImageNoRuntimePulls(image, controls.forced || imageIsVllmFamily(image) || vllmEvidence(image, written) !== undefined);
+      refuseImageNoRuntimePulls(image, controls.forced || imageIsVllmFamily(image) || vllmEvidence(written) !== undefined);
+      if (!wrapped && shellRunsPreflight(written, PREFLIGHT_MARKER_PREFIX)) return 'its shell script already runs the vram-preflight wait (a wrapped start that KubeRay joined into its bash -lc line)';
+      if (rayStart === 'ray-start') {
+        if (controls.forced) report.warnings.push(`named by annotation ${ANNOTATION_CONTAINERS}, but KubeRay starts this Ray container as \`ray start\` (it gives no command or args): there is no start of its own to wait before, so it is not wrapped`);
+        if (gpu.signals.length) report.notes.push('a vLLM that Ray starts on this GPU node (a Ray Serve deployment, a Ray actor) is not wrapped: it has no container start of its own to wait before');
+        return `KubeRay starts this Ray container as \`ray start\` (no command or args), whatever its image: not a vLLM start of its own`;
+      }
+      if (rayStart === 'joined' && !joinsAsOneCommand(written) && (controls.forced || vllmEvidence(written) !== undefined)) {
+        const why = `KubeRay joins this Ray container's command and args with spaces into one \`bash -lc\` line before \`ray start\`, and this start is not one plain command there (quotes, operators or a script)`;
+        if (controls.forced) report.warnings.push(`named by annotation ${ANNOTATION_CONTAINERS}, but ${why}: not wrapped; write the start as plain words (command: ["vllm", "serve", …]) or set ${RAY_OVERWRITE_ANNOTATION}: "true"`);
+        return `${why}: not wrapped`;
+      }
       if (controls.forced) return undefined;
       if (!nameSelected(name, options.containerNames)) return `name not matched by containerNames (${options.containerNames.join(', ')})`;
-      const family = imageIsVllmFamily(image) || isHuggingfaceServer(image, written) || hasConfigEntry(image, options);
-      const runsVllmAsWritten = vllmEvidence(image, written) !== undefined;
+      const family = imageIsVllmFamily(image) || isHuggingfaceServerImage(image) || hasConfigEntry(image, options);
+      const runsVllmAsWritten = vllmEvidence(written) !== undefined;
       if (gpu.signals.length === 0) {
         if (gpu.unknownClaims.length && (family || runsVllmAsWritten)) {
           report.warnings.push(`vLLM with DRA ${gpu.unknownClaims.join(', ')} defined outside this render: cannot tell whether it is an NVIDIA GPU, so it is not wrapped (name it in ${ANNOTATION_CONTAINERS} to wrap it)`);
           report.notes.push(`DRA claim unknown: ${gpu.unknownClaims.join(', ')}`);
+          // Unknown is not absent: say which claim could not be read, not "no NVIDIA GPU".
+          return `GPU unknown: its DRA ${gpu.unknownClaims.join(', ')} is not in this render (or, at admission, could not be read), so whether it is an NVIDIA GPU cannot be told`;
         }
-        if (family || runsVllmAsWritten) return `no NVIDIA GPU: checked ${SIGNALS_CHECKED}; vLLM on CPU, AMD or Intel needs no wait (name it in ${ANNOTATION_CONTAINERS} if it does run on an NVIDIA GPU)`;
+        const others = otherAccelerators(container);
+        if ((family || runsVllmAsWritten) && others.length) return `no NVIDIA GPU: it asks for ${others.join(', ')}, where there is no nvidia-smi to wait on`;
+        if (family || runsVllmAsWritten) return `no NVIDIA GPU: checked ${SIGNALS_CHECKED}; without one vLLM runs on CPU and needs no wait (name it in ${ANNOTATION_CONTAINERS} if it does run on an NVIDIA GPU)`;
         return 'not vLLM (neither its image nor its start names vLLM), and no NVIDIA GPU';
       }
-      if (command.items !== null || wrapped) {
+      if (command.items !== null || wrapped || rayStart === 'joined') {
         // The start is written in the manifest: it alone decides.
-        const evidence = vllmEvidence(image, written);
-        if (!evidence) return `its start runs ${written[0]}, not vLLM (name it in ${ANNOTATION_CONTAINERS} if it starts vLLM indirectly)`;
-        report.reason = evidence;
+        const evidence = vllmEvidence(written);
+        if (!evidence && startsRayNode(written)) {
+          return `a Ray node (its start runs \`ray start\`): vLLM runs here, if at all, in actors the Ray head schedules (Ray Serve, vLLM's Ray executor), not as this container's start (name it in ${ANNOTATION_CONTAINERS} to wait before it joins Ray)`;
+        }
+        if (!evidence) return notVllmReason(written);
+        report.reason = rayStart === 'joined' ? `${evidence} (KubeRay keeps it, joined into bash -lc before \`ray start\`)` : evidence;
       } else if (family) {
         // No command: the image's ENTRYPOINT decides; an unknown one is refused, never skipped.
         const known = resolve();
-        const evidence = vllmEvidence(image, known.start);
-        if (!evidence && isHuggingfaceServer(image, known.start)) {
+        const evidence = vllmEvidence(known.start);
+        if (!evidence && runsHuggingfaceServer(known.start)) {
           if (!known.start.some((a) => a === '--backend' || a.startsWith('--backend='))) {
             report.warnings.push(`KServe huggingfaceserver picks its backend at run time (--backend auto) and may run vLLM, which is not wrapped: pass --backend=vllm, or name it in ${ANNOTATION_CONTAINERS}`);
           }
           return 'KServe huggingfaceserver without --backend=vllm';
         }
-        if (!evidence) return `its start (${known.origin}) runs ${known.start[0] ?? 'nothing'}, not vLLM`;
+        if (!evidence) return `its start (${known.origin}) runs ${otherEngine(known.start) ?? known.start[0] ?? 'nothing'}, not vLLM`;
         report.reason = `${evidence} (${known.origin})`;
       } else {
         if (mentionsVllmFlag(written)) report.warnings.push(`its args pass --gpu-memory-utilization (a vLLM flag) but the image is not known to run vLLM, so it is not wrapped: name it in ${ANNOTATION_CONTAINERS}, or add its image to the config file's images (like: vllm/vllm-openai for a mirror)`);
@@ -186,7 +234,7 @@ export function decideContainer(input: ContainerInput, base: Pick<ContainerRepor
       report.action = 'unwrap';
       report.reason += '; restoring the start an earlier vram-preflight wrapped';
       const anchors = keptAnchors(command.anchors, args.anchors, true, 0, 0, true);
-      return { report, edit: { edits: startEdits(text, node, written, null, input.nl, context, anchors), intended: { path: input.path, command: written, args: null } } };
+      return { report, edit: { anchors, intended: { path: input.path, command: written, args: null } } };
     }
     if (controls.forced && gpu.signals.length === 0) report.warnings.push('no NVIDIA GPU signal: the wait will see whatever GPUs nvidia-smi shows');
 
@@ -226,7 +274,8 @@ export function decideContainer(input: ContainerInput, base: Pick<ContainerRepor
       onNvidiaSmiUnavailable: options.onNvidiaSmiUnavailable,
       terminationMessagePath,
     });
-    const newArgs = [script, '--', ...known.start];
+    // Under KubeRay's join the script must stay one bash word.
+    const newArgs = [rayStart === 'joined' ? asBashWord(script) : script, '--', ...known.start];
     if (wrapped && args.items!.length === newArgs.length && args.items!.every((item, i) => item === newArgs[i])) {
       report.action = 'unchanged';
       report.reason += '; already wrapped by this version with these options';
@@ -235,7 +284,7 @@ export function decideContainer(input: ContainerInput, base: Pick<ContainerRepor
     report.action = wrapped ? 'rewrap' : 'wrap';
     const fromImage = command.items === null && !wrapped ? known.start.length - (args.items?.length ?? 0) : 0;
     const anchors = keptAnchors(command.anchors, args.anchors, wrapped, command.items?.length ?? 0, fromImage, false);
-    return { report, edit: { edits: startEdits(text, node, WRAPPER_COMMAND, newArgs, input.nl, context, anchors), intended: { path: input.path, command: WRAPPER_COMMAND, args: newArgs } } };
+    return { report, edit: { anchors, intended: { path: input.path, command: WRAPPER_COMMAND, args: newArgs } } };
   } catch (caught) {
     if (!(caught instanceof PreflightError)) throw caught;
     // The script renderer knows values, not containers: name the container in its errors.

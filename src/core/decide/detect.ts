@@ -48,15 +48,40 @@ export function argvStartsVllm(argv: readonly string[]): boolean {
   return false;
 }
 
+/**
+ * A shell script that already runs our wait: a wrapped start that KubeRay
+ * joined into its `bash -lc` line (the script is there as one quoted word).
+ * Wrapping it again (the webhook sees KubeRay's pod) would wait twice.
+ */
+export function shellRunsPreflight(argv: readonly string[], marker: string): boolean {
+  const start = withoutLaunchers(argv);
+  return SHELLS.has(basename(start[0] ?? '')) && start.slice(1).some((item) => item.includes(`'${marker}`));
+}
+
 /** A shell script that leaves vLLM running in the background: the wrap covers the container's start only. */
 export function startsVllmInBackground(argv: readonly string[]): boolean {
   const start = withoutLaunchers(argv);
   return SHELLS.has(basename(start[0] ?? '')) && start.slice(1).some((item) => VLLM_IN_BACKGROUND.test(item));
 }
 
-/** KServe's huggingfaceserver runs vLLM when told `--backend=vllm`. */
-export function isHuggingfaceServer(image: string | undefined, argv: readonly string[]): boolean {
-  return (image !== undefined && parseImage(image).repository.endsWith('huggingfaceserver')) || argv.includes('huggingfaceserver');
+/** KServe's huggingfaceserver image: its own start runs huggingfaceserver, which runs vLLM when told `--backend=vllm`. */
+export function isHuggingfaceServerImage(image: string | undefined): boolean {
+  return image !== undefined && parseImage(image).repository.endsWith('huggingfaceserver');
+}
+
+/** The program the argv runs (after launchers), and for `python -m` the module: what decides, not a word elsewhere. */
+function programOf(argv: readonly string[]): { program: string; module?: string } {
+  const start = withoutLaunchers(argv);
+  const program = start[0] === undefined ? '' : basename(start[0]);
+  if (!PYTHON.test(program)) return { program };
+  const m = start.indexOf('-m');
+  return { program, module: m === -1 ? undefined : start[m + 1] };
+}
+
+/** True when the argv runs KServe's huggingfaceserver as its program (`python -m huggingfaceserver`). */
+export function runsHuggingfaceServer(argv: readonly string[]): boolean {
+  const { program, module } = programOf(argv);
+  return program === 'huggingfaceserver' || module === 'huggingfaceserver';
 }
 
 function backendIsVllm(argv: readonly string[]): boolean {
@@ -71,10 +96,55 @@ export function imageIsVllmFamily(image: string | undefined): boolean {
  * Why the argv (the container's whole start) runs vLLM, or undefined when it
  * does not.
  */
-export function vllmEvidence(image: string | undefined, argv: readonly string[]): string | undefined {
-  if (isHuggingfaceServer(image, argv)) return backendIsVllm(argv) ? 'KServe huggingfaceserver with --backend=vllm' : undefined;
+/** A blocking `ray start` in a shell script: the script's foreground ends as a Ray node. */
+const BLOCKING_RAY_START_IN_SHELL_TEXT = /(^|[\s;&|(/])ray\s+start\s[^\n;&|]*--block(\s|$)/;
+
+/**
+ * A start that makes this container a Ray node (`ray start`, KubeRay's own
+ * or a script's `ray start … --block`): vLLM runs there, if at all, in actors
+ * the Ray head schedules (Ray Serve, vLLM's Ray executor), never as this
+ * container's start. (A script that starts Ray and then a server in the
+ * foreground is not one.)
+ */
+export function startsRayNode(argv: readonly string[]): boolean {
+  const start = withoutLaunchers(argv);
+  const program = basename(start[0] ?? '');
+  if (program === 'ray') return start[1] === 'start';
+  return SHELLS.has(program) && start.slice(1).some((item) => BLOCKING_RAY_START_IN_SHELL_TEXT.test(item));
+}
+
+export function vllmEvidence(argv: readonly string[]): string | undefined {
   if (argvStartsVllm(argv)) return 'its start runs vLLM';
+  if (runsHuggingfaceServer(argv) && backendIsVllm(argv)) return 'KServe huggingfaceserver with --backend=vllm';
   return undefined;
+}
+
+/**
+ * Inference engines that are not vLLM, by the program or module they run: a
+ * container running one is skipped by name, without the hint to opt it in
+ * (the preflight waits for vLLM's --gpu-memory-utilization, which they lack).
+ */
+const OTHER_ENGINES: readonly { name: string; programs?: readonly string[]; modules?: readonly string[] }[] = [
+  { name: 'SGLang', modules: ['sglang.launch_server'], programs: ['sglang'] },
+  { name: 'TGI (text-generation-inference)', programs: ['text-generation-launcher', 'text-generation-router'] },
+  { name: 'llama.cpp', programs: ['llama-server'] },
+  { name: 'Ollama', programs: ['ollama'] },
+  { name: 'Triton Inference Server', programs: ['tritonserver'] },
+  { name: 'TensorRT-LLM', programs: ['trtllm-serve'] },
+  { name: 'LMDeploy', programs: ['lmdeploy'] },
+  { name: 'LocalAI', programs: ['local-ai'] },
+];
+
+/** The engine other than vLLM that the argv runs, if it is a known one. */
+export function otherEngine(argv: readonly string[]): string | undefined {
+  const { program, module } = programOf(argv);
+  const start = withoutLaunchers(argv);
+  // A shell's script: the first engine it names as a command word.
+  if (SHELLS.has(program)) {
+    const text = start.slice(1).join(' ');
+    return OTHER_ENGINES.find((e) => [...(e.programs ?? []), ...(e.modules ?? []).map((m) => `-m ${m}`)].some((word) => new RegExp(`(^|[\\s;&|(/])${word.replace(/[.]/g, '\\.')}(\\s|$)`).test(text)))?.name;
+  }
+  return OTHER_ENGINES.find((e) => e.programs?.includes(program) || (module !== undefined && e.modules?.includes(module)))?.name;
 }
 
 /** vLLM on CPU asks for no GPU memory, whatever the pod requests. */

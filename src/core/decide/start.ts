@@ -66,6 +66,10 @@ export interface ContainerStart {
   warnings: string[];
 }
 
+/**
+ * A wrapped container: our command, the script (as written for the kubelet,
+ * or single-quoted as one bash word for KubeRay's join: ./kuberay.ts) and `--`.
+ */
 export function isWrapped(command: readonly string[] | null, args: readonly string[] | null): boolean {
   return (
     command !== null &&
@@ -73,7 +77,7 @@ export function isWrapped(command: readonly string[] | null, args: readonly stri
     command.every((item, i) => item === WRAPPER_COMMAND[i]) &&
     args !== null &&
     args.length >= 2 &&
-    args[0]!.startsWith(PREFLIGHT_MARKER_PREFIX) &&
+    (args[0]!.startsWith(PREFLIGHT_MARKER_PREFIX) || args[0]!.startsWith(`'${PREFLIGHT_MARKER_PREFIX}`)) &&
     args[1] === '--'
   );
 }
@@ -143,6 +147,11 @@ function fromTable(image: ImageReference, attempts: Attempts): ImageAnswer | und
   const row = findKnownImage(image);
   if (row) return fromRow(row, '');
   const alike = isKnownRepository(image) ? undefined : lookAlikeRepository(image);
+  if (alike !== undefined && findKnownImage(image, alike)) {
+    // The tag is placed; only the name is not known: say so, since `like:` is the whole fix.
+    attempts.table = `the built-in table does not know the repository ${repositoryForConfig(image)}; it looks like a mirror of ${alike}, whose row places this tag once the config file says so (like: ${alike})`;
+    return undefined;
+  }
   attempts.table = alike ? `the image is not in the built-in table, and as a mirror of ${alike} (config like:) it would not be placed either: ${whyUnplaced(image, alike)}` : whyUnplaced(image);
   return undefined;
 }
@@ -180,7 +189,7 @@ function knownStart(image: ImageReference, sources: StartSources, attempts: Atte
 }
 
 /** The exact config snippet (and chart alternative) that places this image, for the refusal. */
-function fixFor(image: ImageReference, hasArgs: boolean): string {
+function fixFor(image: ImageReference, hasArgs: boolean, rayPod: boolean): string {
   const repository = repositoryForConfig(image);
   const tag = effectiveTag(image);
   const pin = image.digest !== undefined && image.tag === undefined ? `digest: "${image.digest}"` : `tag: "${tag ?? '*'}"`;
@@ -198,7 +207,8 @@ function fixFor(image: ImageReference, hasArgs: boolean): string {
       `      entrypoint: [...]   # the image's ENTRYPOINT${hasArgs ? '' : '\n      cmd: [...]          # the image\'s CMD ([] if none): the container gives no args'}`,
     );
   }
-  lines.push('or name the start in the chart, e.g. command: ["vllm", "serve"] (right for every vllm-openai image since v0.5, whatever its ENTRYPOINT)');
+  // In a Ray pod a command of vLLM's would take the place of the Ray node.
+  if (!rayPod) lines.push('or name the start in the chart, e.g. command: ["vllm", "serve"] (right for every vllm-openai image since v0.5, whatever its ENTRYPOINT)');
   return lines.join('\n');
 }
 
@@ -206,6 +216,8 @@ export interface StartInput {
   command: string[] | null;
   args: string[] | null;
   image: string | undefined;
+  /** A container of a KubeRay pod: its fix never suggests a vLLM command. */
+  rayPod?: boolean;
 }
 
 export function resolveStart(container: StartInput, sources: StartSources, context: ErrorDetails, onWanted: (image: string) => void): ContainerStart {
@@ -235,7 +247,7 @@ export function resolveStart(container: StartInput, sources: StartSources, conte
     const tried = [attempts.config, attempts.table, attempts.registry].filter(Boolean).join('; ');
     throw new PreflightError('UNKNOWN_START', `the container gives no command, so it runs the image's ENTRYPOINT, which is not known for sure: ${tried}`, {
       ...context,
-      fix: fixFor(reference, args !== null),
+      fix: fixFor(reference, args !== null, container.rayPod === true),
     });
   }
   const entrypoint = known.entrypoint.map(escapeForKubelet);

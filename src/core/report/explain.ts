@@ -23,7 +23,7 @@ export function renderExplanation(result: TransformResult, options: Options): st
     c.reason,
   ]);
   const lines: string[] = [];
-  lines.push(rows.length ? table([header, ...rows]) : 'No workload containers found in the input.');
+  lines.push(rows.length ? table([header, ...rows]) : 'No workload containers found in documents that mention vLLM (the others are passed through unread).');
   const wrapped = result.containers.filter((c) => c.action === 'wrap' || c.action === 'rewrap' || c.action === 'unchanged');
   lines.push('');
   lines.push(

@@ -51,9 +51,26 @@ export function recordDeviceClaim(claims: DeviceClaims, object: Plain): void {
   if (object.kind === 'ResourceClaimTemplate') claims.templates.set(name, deviceClassesOf(asObject(object.spec)?.spec));
 }
 
+/**
+ * The DRA objects a pod spec refers to, by name: a door that sees only the
+ * pod (the webhook) reads them from the cluster and records them.
+ */
+export function claimReferences(podSpec: unknown): { claims: string[]; templates: string[] } {
+  const refs = { claims: [] as string[], templates: [] as string[] };
+  const list = asObject(podSpec)?.resourceClaims;
+  if (!Array.isArray(list)) return refs;
+  for (const entry of list) {
+    // Kubernetes 1.31+ puts the reference at the top; 1.26-1.30 under `source`.
+    const ref = { ...asObject(asObject(entry)?.source), ...asObject(entry) };
+    if (typeof ref.resourceClaimTemplateName === 'string') refs.templates.push(ref.resourceClaimTemplateName);
+    else if (typeof ref.resourceClaimName === 'string') refs.claims.push(ref.resourceClaimName);
+  }
+  return refs;
+}
+
 export interface GpuSignal {
   /** Which row of the table fired. */
-  signal: 'resource' | 'runtimeClass' | 'visibleDevices' | 'dra';
+  signal: 'resource' | 'runtimeClass' | 'visibleDevices' | 'cudaVisibleDevices' | 'dra';
   /** For explain: `nvidia.com/gpu=2`, `runtimeClassName nvidia`, … */
   detail: string;
 }
@@ -115,6 +132,60 @@ function visibleDevicesSignals({ container }: GpuInput): GpuSignal[] {
   return v === '' || v === 'void' || v === 'none' ? [] : [{ signal: 'visibleDevices', detail: `NVIDIA_VISIBLE_DEVICES=${v}` }];
 }
 
+/** The value the kubelet gives an env var: its last literal definition (a `valueFrom` is not known here). */
+function literalEnv(container: Plain, name: string): string | undefined {
+  if (!Array.isArray(container.env)) return undefined;
+  const entry = [...container.env].reverse().find((e) => asObject(e)?.name === name) as Plain | undefined;
+  return typeof entry?.value === 'string' ? entry.value : undefined;
+}
+
+/**
+ * A CUDA device list: indices (`0`, `0,1`) or device UUIDs (`GPU-…`, `MIG-…`),
+ * as CUDA reads CUDA_VISIBLE_DEVICES. Empty, `-1`, `none`, `void`,
+ * `NoDevFiles` or anything else hide the devices (CUDA stops at the first
+ * entry it cannot read), so they are no signal.
+ */
+const CUDA_DEVICE = /^(\d+|GPU-[0-9A-Fa-f-]+|MIG-[0-9A-Za-z/-]+)$/;
+
+export function isCudaDeviceList(value: string): boolean {
+  const entries = value.trim().split(',').map((e) => e.trim());
+  return entries.length > 0 && entries.every((e) => CUDA_DEVICE.test(e));
+}
+
+/**
+ * Where the cluster's default container runtime is NVIDIA's, every container
+ * sees the GPUs with no resource asked for; a container that names the CUDA
+ * devices it uses means to run on them. AMD's HIP reads the same variable, so
+ * it counts only when the container asks for no other vendor's accelerator.
+ */
+function cudaVisibleDevicesSignals(input: GpuInput): GpuSignal[] {
+  const value = literalEnv(input.container, 'CUDA_VISIBLE_DEVICES');
+  if (value === undefined || !isCudaDeviceList(value) || otherAccelerators(input.container).length) return [];
+  return [{ signal: 'cudaVisibleDevices', detail: `CUDA_VISIBLE_DEVICES=${value.trim()}` }];
+}
+
+/** Accelerators of other vendors, by resource name: what a skip reason names instead of "no GPU". */
+const OTHER_ACCELERATORS: readonly { test: (name: string) => boolean; what: string }[] = [
+  { test: (n) => n === 'amd.com/gpu', what: 'AMD GPU' },
+  { test: (n) => n.startsWith('gpu.intel.com/'), what: 'Intel GPU' },
+  { test: (n) => n.startsWith('habana.ai/'), what: 'Intel Gaudi' },
+  { test: (n) => n === 'google.com/tpu', what: 'Google TPU' },
+  { test: (n) => n.startsWith('aws.amazon.com/neuron'), what: 'AWS Neuron' },
+];
+
+/** The other vendors' accelerators a container asks for, e.g. `Google TPU (google.com/tpu=4)`. */
+export function otherAccelerators(container: Plain): string[] {
+  const resources = asObject(container.resources);
+  const found = new Map<string, string>();
+  for (const list of [resources?.requests, resources?.limits]) {
+    for (const [name, value] of Object.entries(asObject(list) ?? {})) {
+      const row = OTHER_ACCELERATORS.find((r) => r.test(name));
+      if (row && quantity(value) > 0) found.set(name, `${row.what} (${name}=${quantity(value)})`);
+    }
+  }
+  return [...found.values()];
+}
+
 function draFindings({ container, podSpec, claims }: GpuInput): GpuFindings {
   const used = asObject(container.resources)?.claims;
   const findings: GpuFindings = { signals: [], unknownClaims: [] };
@@ -142,10 +213,10 @@ function draFindings({ container, podSpec, claims }: GpuInput): GpuFindings {
 }
 
 /** The GPU signal table: each row reads one way a container gets an NVIDIA GPU. */
-const SIGNALS: readonly ((input: GpuInput) => GpuSignal[])[] = [resourceSignals, runtimeClassSignals, visibleDevicesSignals];
+const SIGNALS: readonly ((input: GpuInput) => GpuSignal[])[] = [resourceSignals, runtimeClassSignals, visibleDevicesSignals, cudaVisibleDevicesSignals];
 
 /** What was checked, for a skip reason. */
-export const SIGNALS_CHECKED = 'nvidia.com/gpu* or nvidia.com/mig-* resources, an NVIDIA runtimeClassName, NVIDIA_VISIBLE_DEVICES, DRA claims of an NVIDIA device class';
+export const SIGNALS_CHECKED = 'nvidia.com/gpu* or nvidia.com/mig-* resources, an NVIDIA runtimeClassName, NVIDIA_VISIBLE_DEVICES, a CUDA_VISIBLE_DEVICES device list, DRA claims of an NVIDIA device class';
 
 export function nvidiaGpuSignals(input: GpuInput): GpuFindings {
   const dra = draFindings(input);

@@ -20,6 +20,13 @@ export interface WorkloadKind {
   podSpecs?: readonly TemplatePath[];
   /** A pod spec holding this key is built by an operator instead (KServe's `model:` predictor). */
   builtByOperatorWhen?: { key: string; why: string };
+  /** KubeRay decides the start of each pod's Ray container (src/core/decide/kuberay.ts). */
+  startedBy?: 'kuberay';
+  /**
+   * Its pod templates run one model across nodes (a leader and its workers):
+   * a GPU container left unwrapped beside a wrapped one is worth a warning.
+   */
+  multiNode?: boolean;
 }
 
 export const WORKLOAD_KINDS: readonly WorkloadKind[] = [
@@ -33,12 +40,14 @@ export const WORKLOAD_KINDS: readonly WorkloadKind[] = [
   { kind: 'Job', group: 'batch', templates: [['spec', 'template']] },
   { kind: 'CronJob', group: 'batch', templates: [['spec', 'jobTemplate', 'spec', 'template']] },
   { kind: 'Rollout', group: 'argoproj.io', templates: [['spec', 'template']] },
-  { kind: 'LeaderWorkerSet', group: 'leaderworkerset.x-k8s.io', templates: [['spec', 'leaderWorkerTemplate', 'leaderTemplate'], ['spec', 'leaderWorkerTemplate', 'workerTemplate']] },
+  { kind: 'LeaderWorkerSet', group: 'leaderworkerset.x-k8s.io', templates: [['spec', 'leaderWorkerTemplate', 'leaderTemplate'], ['spec', 'leaderWorkerTemplate', 'workerTemplate']], multiNode: true },
+  // llm-d's DisaggregatedSet: a LeaderWorkerSet template per role (v1 under `spec`, v1alpha1 on the role itself).
+  { kind: 'DisaggregatedSet', group: 'disaggregatedset.x-k8s.io', templates: [['spec', 'roles', EACH, 'spec', 'leaderWorkerTemplate', 'leaderTemplate'], ['spec', 'roles', EACH, 'spec', 'leaderWorkerTemplate', 'workerTemplate'], ['spec', 'roles', EACH, 'leaderWorkerTemplate', 'leaderTemplate'], ['spec', 'roles', EACH, 'leaderWorkerTemplate', 'workerTemplate']], multiNode: true },
   { kind: 'JobSet', group: 'jobset.x-k8s.io', templates: [['spec', 'replicatedJobs', EACH, 'template', 'spec', 'template']] },
-  // KubeRay: the operator copies these pod templates into the head and worker pods as written.
-  { kind: 'RayCluster', group: 'ray.io', templates: [['spec', 'headGroupSpec', 'template'], ['spec', 'workerGroupSpecs', EACH, 'template']] },
-  { kind: 'RayService', group: 'ray.io', templates: [['spec', 'rayClusterConfig', 'headGroupSpec', 'template'], ['spec', 'rayClusterConfig', 'workerGroupSpecs', EACH, 'template']] },
-  { kind: 'RayJob', group: 'ray.io', templates: [['spec', 'rayClusterSpec', 'headGroupSpec', 'template'], ['spec', 'rayClusterSpec', 'workerGroupSpecs', EACH, 'template']] },
+  // KubeRay copies these pod templates into the head and worker pods, but decides the Ray container's start itself.
+  { kind: 'RayCluster', group: 'ray.io', templates: [['spec', 'headGroupSpec', 'template'], ['spec', 'workerGroupSpecs', EACH, 'template']], startedBy: 'kuberay' },
+  { kind: 'RayService', group: 'ray.io', templates: [['spec', 'rayClusterConfig', 'headGroupSpec', 'template'], ['spec', 'rayClusterConfig', 'workerGroupSpecs', EACH, 'template']], startedBy: 'kuberay' },
+  { kind: 'RayJob', group: 'ray.io', templates: [['spec', 'rayClusterSpec', 'headGroupSpec', 'template'], ['spec', 'rayClusterSpec', 'workerGroupSpecs', EACH, 'template']], startedBy: 'kuberay' },
   // aibrix: every role of a StormService carries a plain pod template (aibrix samples/disaggregation).
   { kind: 'StormService', group: 'orchestration.aibrix.ai', templates: [['spec', 'template', 'spec', 'roles', EACH, 'template']] },
   // KServe custom containers: the predictor/transformer/explainer hold a pod spec inline.
@@ -68,7 +77,18 @@ export const OPERATOR_KINDS: readonly OperatorKind[] = [
   { kind: 'DynamoComponentDeployment', group: 'nvidia.com', why: 'the Dynamo operator builds the pod and its start at run time' },
   { kind: 'VLLMRuntime', group: 'production-stack.vllm.ai', why: 'the production-stack operator builds the vLLM pod and its command at run time' },
   { kind: 'ModelService', group: 'llm-d.ai', why: 'the llm-d operator builds prefill/decode pods from presets at run time' },
+  { kind: 'BackendRuntime', group: 'inference.llmaz.io', why: 'llmaz builds each model\'s pod from this runtime and the Playground at run time (its args are Go templates)' },
 ];
+
+/**
+ * OpenShift templates hold whole objects in `objects`, created later by `oc
+ * process` with their `${PARAMETERS}` filled in: what they hold is named, not
+ * wrapped.
+ */
+export const TEMPLATE_KIND = { kind: 'Template', group: 'template.openshift.io', objects: 'objects', why: 'an OpenShift Template: `oc process` fills in its parameters and creates the object later; process it first (oc process … | vram-preflight) to have the result decided' } as const;
+
+/** Kinds explain names although they carry no `containers` key of their own: the text test must let them through. */
+export const KINDS_WITHOUT_CONTAINERS: readonly string[] = [...OPERATOR_KINDS.map((k) => k.kind), TEMPLATE_KIND.kind, ...WORKLOAD_KINDS.filter((k) => k.builtByOperatorWhen || k.startedBy).map((k) => k.kind)];
 
 /** `kind: List` (what `kubectl get -o yaml` prints) holds whole objects in `items`. */
 export const LIST_KIND = 'List';

@@ -1,0 +1,225 @@
+// Section (e) of `npm run bench`: load on `vram-preflight webhook`.
+//
+// The bundle runs as a child, as a Deployment runs it (TLS with a certificate
+// made here by openssl, --registry-lookup never: these pods need no lookup);
+// this process is the API server: AdmissionReviews over kept-alive HTTP/1.1
+// connections (1, 16, 128 at once) and over one HTTP/2 session (16 streams at
+// once, as the API server's Go client multiplexes), each connection sending
+// its next request when the last is answered. Latency is measured here, from
+// writing the request to reading the whole answer. Then admissions continue
+// to 100,000 and the server's RSS is read from /proc at each quarter.
+//
+//   node scripts/bench/webhook-load.mjs [--quick]    (builds the bundle into a temp dir)
+import { execFileSync, spawn } from 'node:child_process';
+import { mkdirSync, mkdtempSync, openSync, readFileSync, rmSync } from 'node:fs';
+import http2 from 'node:http2';
+import https from 'node:https';
+import os from 'node:os';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+
+const GOALS = { p99AtSixteenMs: 5, perSecond: 2000 };
+
+function pod(withVllm) {
+  const container = withVllm
+    ? { name: 'model', image: 'vllm/vllm-openai:v0.10.1', args: ['--model', 'Qwen/Qwen3-8B', '--gpu-memory-utilization', '0.9'], resources: { limits: { 'nvidia.com/gpu': '1' }, requests: { 'nvidia.com/gpu': '1' } } }
+    : { name: 'web', image: 'nginx:1.27', ports: [{ containerPort: 80 }], resources: { limits: { cpu: '1', memory: '256Mi' } } };
+  return {
+    apiVersion: 'v1',
+    kind: 'Pod',
+    metadata: { generateName: 'bench-7d9f8c6b5-', namespace: 'bench', labels: { app: 'bench', 'pod-template-hash': '7d9f8c6b5' }, ownerReferences: [{ apiVersion: 'apps/v1', kind: 'ReplicaSet', name: 'bench-7d9f8c6b5', uid: 'b1c2', controller: true }] },
+    spec: {
+      containers: [container, { name: 'metrics-sidecar', image: 'prom/statsd-exporter:v0.27.1', ports: [{ containerPort: 9102 }] }],
+      restartPolicy: 'Always',
+      serviceAccountName: 'default',
+      terminationGracePeriodSeconds: 30,
+    },
+  };
+}
+
+function review(object) {
+  return JSON.stringify({
+    apiVersion: 'admission.k8s.io/v1',
+    kind: 'AdmissionReview',
+    request: {
+      uid: '00000000-0000-4000-8000-000000000001',
+      kind: { group: '', version: 'v1', kind: 'Pod' },
+      resource: { group: '', version: 'v1', resource: 'pods' },
+      namespace: 'bench',
+      operation: 'CREATE',
+      userInfo: { username: 'system:serviceaccount:kube-system:replicaset-controller' },
+      object,
+      dryRun: false,
+    },
+  });
+}
+
+const percentile = (sorted, p) => sorted[Math.min(sorted.length - 1, Math.floor((p / 100) * sorted.length))];
+
+/** User + system CPU of a process so far, ms (/proc/PID/stat, clock ticks of 10 ms). */
+function cpuMs(pid) {
+  const fields = readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1].split(' ');
+  return (Number(fields[11]) + Number(fields[12])) * 10;
+}
+
+function rssMiB(pid) {
+  const status = readFileSync(`/proc/${pid}/status`, 'utf8');
+  return Number(/^VmRSS:\s+(\d+) kB/m.exec(status)[1]) / 1024;
+}
+
+export async function webhookLoad({ bundle, node = process.execPath, env = process.env, work, quick = false, say = (s) => process.stdout.write(`${s}\n`) }) {
+  mkdirSync(work, { recursive: true });
+  const cert = path.join(work, 'tls.crt');
+  const key = path.join(work, 'tls.key');
+  execFileSync('openssl', ['req', '-x509', '-newkey', 'ec', '-pkeyopt', 'ec_paramgen_curve:prime256v1', '-nodes', '-days', '1', '-keyout', key, '-out', cert, '-subj', '/CN=localhost', '-addext', 'subjectAltName=IP:127.0.0.1'], { stdio: 'ignore' });
+  const ca = readFileSync(cert);
+  // The log is part of the work (one JSON line per admission); it goes to a file.
+  const log = openSync(path.join(work, 'webhook.log'), 'w');
+  const child = spawn(node, [bundle, 'webhook', '--tls-cert-file', cert, '--tls-key-file', key, '--port', '0', '--address', '127.0.0.1', '--registry-lookup', 'never'], { env, stdio: ['ignore', 'pipe', log] });
+  const port = await new Promise((resolve, reject) => {
+    let out = '';
+    child.stdout.on('data', (d) => {
+      out += d;
+      const m = /^listening (\d+)\n/.exec(out);
+      if (m) resolve(Number(m[1]));
+    });
+    child.on('exit', (code) => reject(new Error(`the webhook exited ${code} before listening (see ${path.join(work, 'webhook.log')})`)));
+  });
+  const url = `https://127.0.0.1:${port}`;
+  let admissions = 0;
+  let failures = 0;
+
+  const h1Post = (agent, body) =>
+    new Promise((resolve, reject) => {
+      const req = https.request(`${url}/mutate`, { method: 'POST', agent, headers: { 'content-type': 'application/json', 'content-length': Buffer.byteLength(body) } }, (res) => {
+        const chunks = [];
+        res.on('data', (c) => chunks.push(c));
+        res.on('end', () => resolve(res.statusCode === 200 && Buffer.concat(chunks).includes('"allowed":true')));
+      });
+      req.on('error', reject);
+      req.end(body);
+    });
+
+  const h2Post = (session, body) =>
+    new Promise((resolve, reject) => {
+      const stream = session.request({ ':method': 'POST', ':path': '/mutate', 'content-type': 'application/json', 'content-length': Buffer.byteLength(body) });
+      let status = 0;
+      const chunks = [];
+      stream.on('response', (h) => (status = h[':status']));
+      stream.on('data', (c) => chunks.push(c));
+      stream.on('end', () => resolve(status === 200 && Buffer.concat(chunks).includes('"allowed":true')));
+      stream.on('error', reject);
+      stream.end(body);
+    });
+
+  /**
+   * `concurrency` senders for `ms`. Closed loop (no `rate`): each sends its next
+   * request when the last is answered, so the server runs flat out and latency
+   * is concurrency / throughput (Little's law). Open loop (`rate`/s): each
+   * sender starts a request on its own schedule, as pods arrive at the API
+   * server, and latency is what one admission waits.
+   */
+  async function load({ concurrency, h2, body, ms, rate }) {
+    const agent = h2 ? undefined : new https.Agent({ keepAlive: true, maxSockets: concurrency, ca });
+    const session = h2 ? http2.connect(url, { ca }) : undefined;
+    const send = h2 ? () => h2Post(session, body) : () => h1Post(agent, body);
+    // Open the connections (handshakes are not what is measured).
+    await Promise.all(Array.from({ length: concurrency }, send));
+    const latencies = [];
+    const cpu0 = cpuMs(child.pid);
+    const started = performance.now();
+    const end = started + ms;
+    const one = async () => {
+      const t0 = performance.now();
+      const ok = await send();
+      latencies.push(performance.now() - t0);
+      admissions++;
+      if (!ok) failures++;
+    };
+    if (rate === undefined) {
+      await Promise.all(
+        Array.from({ length: concurrency }, async () => {
+          while (performance.now() < end) await one();
+        }),
+      );
+    } else {
+      // Each sender's requests are due every concurrency / rate seconds, staggered; one that is late goes at once.
+      const interval = (1000 * concurrency) / rate;
+      await Promise.all(
+        Array.from({ length: concurrency }, async (_, i) => {
+          for (let due = started + (i * interval) / concurrency; due < end; due += interval) {
+            const wait = due - performance.now();
+            if (wait > 0) await new Promise((r) => setTimeout(r, wait));
+            await one();
+          }
+        }),
+      );
+    }
+    const seconds = (performance.now() - started) / 1000;
+    const serverCpu = cpuMs(child.pid) - cpu0;
+    agent?.destroy();
+    session?.close();
+    latencies.sort((a, b) => a - b);
+    return { n: latencies.length, perSecond: latencies.length / seconds, p50: percentile(latencies, 50), p99: percentile(latencies, 99), serverCpuUs: (1000 * serverCpu) / latencies.length };
+  }
+
+  const bodies = { 'no vLLM': review(pod(false)), 'vLLM (wrapped)': review(pod(true)) };
+  const ms = quick ? 1500 : 4000;
+  const rows = [];
+  // Warm-up: the server's JIT, the client's too.
+  for (const body of Object.values(bodies)) await load({ concurrency: 16, h2: false, body, ms: quick ? 500 : 1500 });
+  const rssAfterWarmup = rssMiB(child.pid);
+  say(`  ${'pod'.padEnd(15)} ${'connections'.padEnd(21)} ${'load'.padEnd(14)} ${'admissions/s'.padStart(12)} ${'p50'.padStart(9)} ${'p99'.padStart(9)} ${'server CPU'.padStart(11)}`);
+  for (const [label, body] of Object.entries(bodies)) {
+    for (const [concurrency, h2, rate] of [[1, false], [16, false], [128, false], [16, true], [16, false, GOALS.perSecond], [16, true, GOALS.perSecond]]) {
+      const r = await load({ concurrency, h2, body, ms, rate });
+      const how = h2 ? `1 HTTP/2, ${concurrency} streams` : `${concurrency} HTTP/1.1`;
+      const loadText = rate ? `${rate}/s offered` : 'flat out';
+      rows.push({ pod: label, connections: how, load: loadText, ...r });
+      say(`  ${label.padEnd(15)} ${how.padEnd(21)} ${loadText.padEnd(14)} ${r.perSecond.toFixed(0).padStart(12)} ${`${r.p50.toFixed(2)} ms`.padStart(9)} ${`${r.p99.toFixed(2)} ms`.padStart(9)} ${`${r.serverCpuUs.toFixed(0)} µs`.padStart(11)}`);
+    }
+  }
+  // Memory: on to 100,000 admissions (half of each pod), RSS at each quarter.
+  const total = quick ? 20_000 : 100_000;
+  const rss = [{ admissions: 0, rssMiB: rssAfterWarmup }];
+  let counted = 0;
+  const agent = new https.Agent({ keepAlive: true, maxSockets: 16, ca });
+  for (let quarter = 1; quarter <= 4; quarter++) {
+    const target = (total * quarter) / 4;
+    await Promise.all(
+      Array.from({ length: 16 }, async (_, i) => {
+        const body = i % 2 ? bodies['vLLM (wrapped)'] : bodies['no vLLM'];
+        while (counted < target) {
+          counted++;
+          if (!(await h1Post(agent, body))) failures++;
+        }
+      }),
+    );
+    rss.push({ admissions: counted, rssMiB: rssMiB(child.pid) });
+  }
+  agent.destroy();
+  say(`  server RSS (MiB) after warm-up and after N more admissions: ${rss.map((r) => `${r.admissions.toLocaleString('en')}: ${r.rssMiB.toFixed(1)}`).join(', ')}`);
+  child.kill('SIGTERM');
+  const code = await new Promise((resolve) => child.on('exit', resolve));
+  const flat = rows.find((r) => r.connections === '16 HTTP/1.1' && r.pod === 'no vLLM' && r.load === 'flat out');
+  const offered = rows.find((r) => r.connections === '16 HTTP/1.1' && r.pod === 'no vLLM' && r.load !== 'flat out');
+  say(`  goals (no vLLM, 16 HTTP/1.1): >= ${GOALS.perSecond}/s flat out ${flat.perSecond >= GOALS.perSecond ? 'met' : 'NOT met'} (${flat.perSecond.toFixed(0)}/s); p99 <= ${GOALS.p99AtSixteenMs} ms at ${GOALS.perSecond}/s offered ${offered.p99 <= GOALS.p99AtSixteenMs ? 'met' : 'NOT met'} (${offered.p99.toFixed(2)} ms; flat out it is ${flat.p99.toFixed(2)} ms: 16 requests always queued)`);
+  say(`  failed answers ${failures}; exit after SIGTERM ${code}`);
+  return { rows, rss, failures, exitCode: code };
+}
+
+if (process.argv[1] === fileURLToPath(import.meta.url)) {
+  const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..');
+  const work = mkdtempSync(path.join(os.tmpdir(), 'vram-preflight-webhook-bench-'));
+  try {
+    const { buildBundle } = await import('../build.mjs');
+    const bundle = path.join(work, 'bundle', 'vram-preflight.cjs');
+    await buildBundle({ outfile: bundle, quiet: true });
+    process.stdout.write(`vram-preflight webhook load — ${new Date().toISOString().slice(0, 16).replace('T', ' ')} UTC — ${os.cpus().length} CPU, load average ${os.loadavg().map((l) => l.toFixed(2)).join(' ')}\n`);
+    const env = Object.fromEntries(Object.entries(process.env).filter(([k]) => k !== 'NODE_EXTRA_CA_CERTS' && !k.startsWith('VRAM_PREFLIGHT_')));
+    await webhookLoad({ bundle, env, work: path.join(work, 'webhook'), quick: process.argv.includes('--quick') });
+  } finally {
+    rmSync(work, { recursive: true, force: true });
+  }
+  void root;
+}

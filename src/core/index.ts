@@ -1,0 +1,16 @@
+/**
+ * What the doors use of the core. The post-renderer (src/cli) and the
+ * admission webhook (src/webhook) decide and edit with the same functions:
+ * `transform` for a manifest stream, `patchObject` for one object as JSON.
+ */
+export { transform, type TransformInput, type TransformResult } from './transform.js';
+export { applyPatch, jsonPointer, patchObject, type JsonPatchOperation, type PatchInput, type PatchResult } from './patch.js';
+export { withLookups } from './lookups.js';
+export type { Action, ContainerReport } from './decide/container.js';
+export { ANNOTATION_CONTAINERS, ANNOTATION_SKIP, ANNOTATION_UTILIZATION } from './decide/detect.js';
+export type { ImageStartAnswer, LookupFailure, RegistryAnswers } from './decide/start.js';
+export { claimReferences, emptyDeviceClaims, recordDeviceClaim, type DeviceClaims } from './tables/gpu.js';
+export { DEFAULT_OPTIONS, type ImageStart, type Options, type RegistryLookupMode } from './options.js';
+export { describeDocument, PreflightError, type DocumentRef, type ErrorCode } from './errors.js';
+export { renderReport } from './report/report.js';
+export { VERSION } from './version.js';

@@ -1,0 +1,210 @@
+/**
+ * One AdmissionReview (admission.k8s.io/v1) in, one out. The decision is the
+ * core's (patchObject, the same code as the post-renderer's); this door adds
+ * what only an admission knows: the DRA claims the pod names (read from the
+ * cluster), registry answers within a budget, the pod annotations that say
+ * what happened, and the rule that a pod is never blocked.
+ *
+ * The answers, request by request:
+ * - a body that is not an AdmissionReview v1 with a request uid: HTTP 400 (no
+ *   review can be answered; with failurePolicy Ignore the API server admits
+ *   the pod and logs the error);
+ * - anything but a Pod CREATE (another kind, a subresource, UPDATE, DELETE,
+ *   CONNECT), or a request without an object: allowed, no patch ("ignored");
+ * - a Pod CREATE: allowed, always. A JSONPatch when a container is wrapped
+ *   (its command/args, plus the annotation vram-preflight.io/wrapped naming
+ *   the containers), or when a target container could not be wrapped safely
+ *   (only the annotation vram-preflight.io/not-wrapped with the reasons, and a
+ *   warning per container, which kubectl prints); no patch otherwise;
+ * - dryRun: the same answer as the real request, so that
+ *   `kubectl apply --dry-run=server` shows what would happen (counted apart
+ *   in the metrics: the webhook has no side effects).
+ */
+import type { Options } from '../core/options.js';
+import type { RegistryAnswers } from '../core/decide/start.js';
+import { claimReferences, patchObject, withLookups, type JsonPatchOperation, type PatchResult } from '../core/index.js';
+import type { ClaimReadResult, ClaimReference } from './claims.js';
+import type { Outcome } from './metrics.js';
+
+export const ANNOTATION_WRAPPED = 'vram-preflight.io/wrapped';
+export const ANNOTATION_NOT_WRAPPED = 'vram-preflight.io/not-wrapped';
+const REVIEW_VERSION = 'admission.k8s.io/v1';
+
+export interface AdmissionDependencies {
+  options: Options;
+  /** Registry answers for these images, within the lookup budget; absent: no lookups. */
+  lookup?: (images: readonly string[]) => Promise<RegistryAnswers>;
+  /** Device classes of the claims a pod names; absent: not in a cluster. */
+  readClaims?: (namespace: string, references: readonly ClaimReference[]) => Promise<ClaimReadResult>;
+}
+
+export interface RefusedContainer {
+  container: string;
+  reason: string;
+}
+
+export interface Admission {
+  /** 200, or 400 when the body is no AdmissionReview. */
+  status: number;
+  /** The JSON body to send. */
+  body: string;
+  outcome: Outcome | 'invalid' | 'ignored';
+  dryRun: boolean;
+  wrapped: string[];
+  refused: RefusedContainer[];
+  /** Containers decided that are neither wrapped nor refused. */
+  skipped: number;
+  /** Fields of the one log line (no env values, no object). */
+  log: Record<string, unknown>;
+}
+
+type Plain = Record<string, unknown>;
+const asObject = (value: unknown): Plain | undefined => (value !== null && typeof value === 'object' && !Array.isArray(value) ? (value as Plain) : undefined);
+
+/** A reason on one line, short enough for kubectl's warning and an annotation. */
+export function shortReason(reason: string, limit = 160): string {
+  const line = reason.split('\n')[0]!.trim();
+  return line.length <= limit ? line : `${line.slice(0, limit - 1)}…`;
+}
+
+/** RFC 6901: `~` is `~0`, `/` is `~1`. */
+export function pointerSegment(key: string): string {
+  return key.replace(/~/g, '~0').replace(/\//g, '~1');
+}
+
+function invalid(message: string): Admission {
+  return { status: 400, body: JSON.stringify({ error: message }), outcome: 'invalid', dryRun: false, wrapped: [], refused: [], skipped: 0, log: { error: message } };
+}
+
+function review(uid: string, patch: JsonPatchOperation[], warnings: string[]): string {
+  const response: Plain = { uid, allowed: true };
+  if (patch.length > 0) {
+    response.patchType = 'JSONPatch';
+    response.patch = Buffer.from(JSON.stringify(patch)).toString('base64');
+  }
+  if (warnings.length > 0) response.warnings = warnings;
+  return JSON.stringify({ apiVersion: REVIEW_VERSION, kind: 'AdmissionReview', response });
+}
+
+/** Ops that set the annotations to these values (creating metadata.annotations where the pod has none); none for a value already there. */
+export function annotationOps(pod: Plain, values: Readonly<Record<string, string>>): JsonPatchOperation[] {
+  const metadata = asObject(pod.metadata);
+  const annotations = asObject(metadata?.annotations);
+  const changed = Object.entries(values).filter(([key, value]) => annotations?.[key] !== value);
+  if (changed.length === 0) return [];
+  if (!metadata) return [{ op: 'add', path: '/metadata', value: { annotations: Object.fromEntries(changed) } }];
+  if (!annotations) return [{ op: 'add', path: '/metadata/annotations', value: Object.fromEntries(changed) }];
+  // `add` of an existing member replaces it (RFC 6902 4.1).
+  return changed.map(([key, value]) => ({ op: 'add', path: `/metadata/annotations/${pointerSegment(key)}`, value }));
+}
+
+/** The refused containers and the wrapped ones, from the core's reports and the claims that could not be read. */
+function readResult(result: PatchResult, claimFailures: ReadonlyMap<string, string>, answers: RegistryAnswers | undefined): { wrapped: string[]; refused: RefusedContainer[]; skipped: number } {
+  const wrapped: string[] = [];
+  const refused: RefusedContainer[] = [];
+  let skipped = 0;
+  const claimReason = [...claimFailures].map(([label, why]) => `DRA ${label}: ${why}`).join('; ');
+  for (const report of result.containers) {
+    if (report.action === 'wrap') wrapped.push(report.container);
+    else if (report.action === 'error' || report.action === 'cannot-wrap') {
+      // The core's reason lists every source it tried; where the registry was the last hope, its failure is what to read first.
+      const answer = report.image === undefined ? undefined : answers?.get(report.image);
+      const failed = answer && 'error' in answer ? answer.error : undefined;
+      refused.push({ container: report.container, reason: failed ? `the start of its image is known only to its registry, and the lookup failed: ${failed}` : report.reason });
+    }
+    else if (claimFailures.size > 0 && [...report.warnings, ...report.notes].some((text) => text.includes('DRA'))) {
+      // vLLM whose GPU is a claim we could not read: the core could not tell; say why it could not.
+      refused.push({ container: report.container, reason: `${claimReason}, so it cannot tell whether the container has an NVIDIA GPU` });
+    } else skipped++;
+  }
+  return { wrapped, refused, skipped };
+}
+
+/** Answers one request body. Never throws. */
+export async function admit(text: string, deps: AdmissionDependencies): Promise<Admission> {
+  let body: unknown;
+  try {
+    body = JSON.parse(text);
+  } catch (error) {
+    return invalid(`the body is not JSON: ${(error as Error).message}`);
+  }
+  const reviewIn = asObject(body);
+  if (!reviewIn || reviewIn.kind !== 'AdmissionReview' || reviewIn.apiVersion !== REVIEW_VERSION) {
+    return invalid(`the body is not an AdmissionReview ${REVIEW_VERSION} (apiVersion ${JSON.stringify(reviewIn?.apiVersion)}, kind ${JSON.stringify(reviewIn?.kind)}); register the webhook with admissionReviewVersions: [v1]`);
+  }
+  const request = asObject(reviewIn.request);
+  const uid = request?.uid;
+  if (!request || typeof uid !== 'string' || uid === '') return invalid('the AdmissionReview has no request.uid');
+
+  const dryRun = request.dryRun === true;
+  const namespace = typeof request.namespace === 'string' ? request.namespace : '';
+  const kind = asObject(request.kind);
+  const resource = asObject(request.resource);
+  const pod = asObject(request.object);
+  const metadata = asObject(pod?.metadata);
+  const log: Plain = {
+    uid,
+    namespace,
+    pod: metadata?.name ?? metadata?.generateName ?? request.name ?? '',
+    operation: request.operation,
+    dryRun,
+  };
+  const ignored = (why: string): Admission => ({ status: 200, body: review(uid, [], []), outcome: 'ignored', dryRun, wrapped: [], refused: [], skipped: 0, log: { ...log, ignored: why } });
+  if (kind?.kind !== 'Pod' || (kind.group ?? '') !== '' || (resource && resource.resource !== 'pods') || (typeof request.subResource === 'string' && request.subResource !== '')) {
+    return ignored(`not a Pod (${String(kind?.group || 'core')}/${String(kind?.kind)}${request.subResource ? `, subresource ${String(request.subResource)}` : ''})`);
+  }
+  if (request.operation !== 'CREATE') return ignored(`operation ${String(request.operation)}, not CREATE`);
+  if (!pod) return ignored('the request has no object');
+
+  try {
+    const references = claimReferences(asObject(pod.spec) ?? {});
+    const wanted: ClaimReference[] = [
+      ...references.claims.map((name) => ({ kind: 'ResourceClaim' as const, name })),
+      ...references.templates.map((name) => ({ kind: 'ResourceClaimTemplate' as const, name })),
+    ];
+    let claims: ClaimReadResult['claims'] | undefined;
+    let claimFailures = new Map<string, string>();
+    if (wanted.length > 0) {
+      if (deps.readClaims) ({ claims, failures: claimFailures } = await deps.readClaims(namespace, wanted));
+      else claimFailures = new Map(wanted.map((ref) => [`${ref.kind} ${ref.name}`, 'no Kubernetes API to read it from (not running in a cluster)']));
+    }
+    let answers: RegistryAnswers | undefined;
+    const lookup = deps.lookup && (async (images: readonly string[]) => (answers = await deps.lookup!(images)));
+    const result = await withLookups((registry) => patchObject(pod, deps.options, { registry, claims }), deps.options.registryLookup, lookup);
+    const { wrapped, refused, skipped } = readResult(result, claimFailures, answers);
+    const annotations: Record<string, string> = {};
+    if (wrapped.length > 0) {
+      const before = asObject(metadata?.annotations)?.[ANNOTATION_WRAPPED];
+      const earlier = typeof before === 'string' ? before.split(',').filter((name) => name !== '') : [];
+      annotations[ANNOTATION_WRAPPED] = [...new Set([...earlier, ...wrapped])].join(',');
+    }
+    if (refused.length > 0) annotations[ANNOTATION_NOT_WRAPPED] = refused.map((r) => `${r.container}: ${shortReason(r.reason)}`).join('; ');
+    const patch = [...result.patch, ...annotationOps(pod, annotations)];
+    const warnings = refused.map((r) => shortReason(`vram-preflight: container "${r.container}" not wrapped, admitted unchanged: ${shortReason(r.reason, 200)}`, 240));
+    const outcome: Outcome = refused.length > 0 ? 'not-wrapped' : wrapped.length > 0 ? 'wrapped' : 'unchanged';
+    return {
+      status: 200,
+      body: review(uid, patch, warnings),
+      outcome,
+      dryRun,
+      wrapped,
+      refused,
+      skipped,
+      log: { ...log, outcome, wrapped, ...(refused.length > 0 ? { notWrapped: refused.map((r) => ({ container: r.container, reason: shortReason(r.reason, 300) })) } : {}) },
+    };
+  } catch (error) {
+    // A bug of ours: the pod goes in as it came, and says so.
+    const reason = 'internal error in vram-preflight (see its log)';
+    const patch = annotationOps(pod, { [ANNOTATION_NOT_WRAPPED]: `*: ${reason}` });
+    return {
+      status: 200,
+      body: review(uid, patch, [`vram-preflight: pod admitted unchanged: ${reason}`]),
+      outcome: 'not-wrapped',
+      dryRun,
+      wrapped: [],
+      refused: [{ container: '*', reason }],
+      skipped: 0,
+      log: { ...log, outcome: 'not-wrapped', level: 'error', error: error instanceof Error ? (error.stack ?? error.message) : String(error) },
+    };
+  }
+}

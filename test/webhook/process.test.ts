@@ -1,0 +1,124 @@
+/**
+ * `vram-preflight webhook` as the process a Deployment runs: the built
+ * bundle (launcher and application) started as a child on port 0, its
+ * `listening PORT` line, its usage errors, and SIGTERM with requests in
+ * flight (held by a stalled registry): every one answered, new connections
+ * refused, exit 0.
+ */
+import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
+import https from 'node:https';
+import { readFileSync } from 'node:fs';
+import path from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import * as r from '../registry/harness.js';
+import * as h from './harness.js';
+
+h.requireTools();
+
+const ROOT = path.resolve(import.meta.dirname, '../..');
+const dir = h.tempDir('process');
+let bundle: string;
+let pki: h.Pki;
+let leaf: { cert: string; key: string };
+
+beforeAll(() => {
+  bundle = path.join(dir, 'dist/vram-preflight.cjs');
+  const built = spawnSync(process.execPath, [path.join(ROOT, 'scripts/build.mjs'), '--outfile', bundle], { encoding: 'utf8' });
+  if (built.status !== 0) throw new Error(built.stderr);
+  pki = h.makePki(path.join(dir, 'pki'));
+  leaf = pki.leaf('webhook');
+});
+
+afterAll(() => h.removeDir(dir));
+
+const env = { PATH: process.env.PATH, HOME: dir };
+
+function runSync(args: string[]) {
+  return spawnSync(process.execPath, [bundle, ...args], { encoding: 'utf8', env, timeout: 20_000 });
+}
+
+/** Starts the webhook; resolves with the child and its port once it prints `listening PORT`. */
+function startChild(args: string[]): Promise<{ child: ChildProcess; port: number; stderr: () => string; exit: Promise<number | null> }> {
+  const child = spawn(process.execPath, [bundle, 'webhook', '--tls-cert-file', leaf.cert, '--tls-key-file', leaf.key, '--port', '0', '--address', '127.0.0.1', ...args], { env, stdio: ['ignore', 'pipe', 'pipe'] });
+  let stderr = '';
+  child.stderr!.on('data', (d: Buffer) => (stderr += d.toString()));
+  const exit = new Promise<number | null>((resolve) => child.on('exit', (code) => resolve(code)));
+  return new Promise((resolve, reject) => {
+    let stdout = '';
+    child.stdout!.on('data', (d: Buffer) => {
+      stdout += d.toString();
+      const m = stdout.match(/^listening (\d+)\n/);
+      if (m) resolve({ child, port: Number(m[1]), stderr: () => stderr, exit });
+    });
+    child.on('exit', (code) => reject(new Error(`exited ${code} before listening: ${stderr}`)));
+  });
+}
+
+describe('vram-preflight webhook (the process)', () => {
+  it('--help documents the webhook flags and the wrap options; exit 0', () => {
+    const help = runSync(['webhook', '--help']);
+    expect(help.status).toBe(0);
+    for (const flag of ['--tls-cert-file', '--tls-key-file', '--port', '--address', '--config', '--registry-budget-ms', '--kubernetes-budget-ms', '--drain-timeout-ms', '--timeout-seconds', '/mutate', '/healthz', '/readyz', '/metrics']) {
+      expect(help.stdout).toContain(flag);
+    }
+    expect(runSync(['--help']).stdout).toContain('vram-preflight webhook --help');
+  });
+
+  it('usage errors: exit 2 with one message, nothing on stdout', () => {
+    for (const args of [['webhook'], ['webhook', '--tls-cert-file', 'x'], ['webhook', '--tls-cert-file', 'a', '--tls-key-file', 'b', '--bogus', '1'], ['webhook', '--tls-cert-file', 'a', '--tls-key-file', 'b', '--port', 'http']]) {
+      const run = runSync(args);
+      expect(run.status, args.join(' ')).toBe(2);
+      expect(run.stdout).toBe('');
+      expect(run.stderr).toMatch(/^vram-preflight: error USAGE: /);
+    }
+  });
+
+  it('a certificate that cannot be read: exit 1, the reason logged', () => {
+    const run = runSync(['webhook', '--tls-cert-file', path.join(dir, 'none.crt'), '--tls-key-file', leaf.key]);
+    expect(run.status).toBe(1);
+    expect(JSON.parse(run.stderr.trim().split('\n').pop()!)).toMatchObject({ level: 'error', msg: 'cannot start', error: expect.stringMatching(/cannot load the TLS certificate .*none\.crt.*ENOENT/) });
+  });
+
+  it('SIGTERM with requests in flight: each answered, new connections refused, exit 0', async () => {
+    const stalled = await r.startStalled();
+    try {
+      const { child, port, stderr, exit } = await startChild(['--registry-budget-ms', '2500', '--cache-dir', path.join(dir, 'cache')]);
+      const url = `https://127.0.0.1:${port}`;
+      expect((await h.h1(url, pki.caCert, { method: 'GET', path: '/readyz' })).status).toBe(200);
+      // Each of these waits for the stalled registry (up to the 2.5 s budget) inside the webhook.
+      const pod = h.vllmPod({ containers: [{ name: 'model', image: `${stalled.host}/vllm/vllm-openai:v0.12.0`, args: ['--model', 'm'], resources: { limits: { 'nvidia.com/gpu': 1 } } }] });
+      const agent = new https.Agent({ keepAlive: true, ca: readFileSync(pki.caCert) });
+      const session = h.h2session(url, pki.caCert);
+      const inFlight = [
+        ...Array.from({ length: 6 }, () => h.h1(url, pki.caCert, { body: h.review(pod) }, agent)),
+        ...Array.from({ length: 6 }, () => session.request({ body: h.review(pod) })),
+      ];
+      // Once all twelve are inside the webhook (the /metrics request itself is the thirteenth), ask for the drain.
+      for (;;) {
+        const metrics = await h.h1(url, pki.caCert, { method: 'GET', path: '/metrics' });
+        if (/^vram_preflight_webhook_in_flight_requests 13$/m.test(metrics.body)) break;
+        await new Promise((resolve) => setTimeout(resolve, 20));
+      }
+      child.kill('SIGTERM');
+      const answers = await Promise.all(inFlight);
+      for (const answer of answers) {
+        expect(answer.status).toBe(200);
+        const review = h.readReview(answer);
+        expect(review.allowed).toBe(true);
+        expect(review.warnings?.[0]).toMatch(/did not answer within 2500 ms/);
+      }
+      expect(await exit).toBe(0);
+      session.close();
+      agent.destroy();
+      await expect(h.h1(url, pki.caCert, { method: 'GET', path: '/healthz' })).rejects.toThrow(/ECONNREFUSED/);
+      const lines = stderr()
+        .trim()
+        .split('\n')
+        .map((l) => JSON.parse(l) as Record<string, unknown>);
+      expect(lines.filter((l) => l.msg === 'admission')).toHaveLength(12);
+      expect(lines.find((l) => l.msg === 'drained')).toMatchObject({ unfinished: 0 });
+    } finally {
+      await stalled.close();
+    }
+  });
+});

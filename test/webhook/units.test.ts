@@ -1,0 +1,105 @@
+/**
+ * The webhook's pure-ish parts on their own: the image-start cache's lifetimes
+ * and bound (clock given), the annotation ops on every shape of metadata, the
+ * Prometheus text, and the file watch's poll (the path a Secret volume's
+ * symlink swap takes when no inotify event comes).
+ */
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
+import { describe, expect, it } from 'vitest';
+import { annotationOps, pointerSegment, shortReason } from '../../src/webhook/admission.js';
+import { ImageStartCache, DEFAULT_CACHE_SETTINGS, type Answer } from '../../src/webhook/image-starts.js';
+import { webhookMetrics } from '../../src/webhook/metrics.js';
+import { watchFiles } from '../../src/webhook/watch.js';
+import type { RegistryOptions } from '../../src/registry/index.js';
+
+const registryOptions: RegistryOptions = { platform: 'linux/amd64', requestTimeoutMs: 100, totalTimeoutMs: 100, env: {} };
+const answer = (image: string): Answer => ({ image, entrypoint: ['vllm', 'serve'], cmd: [], digest: 'sha256:00', platform: 'linux/amd64', source: 'registry', checkedAt: '2026-12-04T00:00:00Z' });
+
+describe('image-start cache', () => {
+  it('keeps a tag 10 min, a digest 24 h, a failure 30 s, and at most maxEntries images', async () => {
+    let now = 0;
+    const asked: string[] = [];
+    const cache = new ImageStartCache({ ...DEFAULT_CACHE_SETTINGS, maxEntries: 3 }, webhookMetrics(), async (images) => {
+      asked.push(...images);
+      return new Map(images.map((i) => [i, i.startsWith('bad') ? { image: i, error: 'HTTP 500' } : answer(i)]));
+    }, () => now);
+    const tag = 'r/vllm:v1';
+    const digest = 'r/vllm@sha256:' + 'a'.repeat(64);
+    await cache.answers([tag, digest, 'bad/x:1'], registryOptions);
+    expect(asked).toEqual([tag, digest, 'bad/x:1']);
+    now += 29_000;
+    await cache.answers([tag, digest, 'bad/x:1'], registryOptions);
+    expect(asked).toHaveLength(3);
+    now += 2000; // the failure is 31 s old
+    await cache.answers(['bad/x:1'], registryOptions);
+    expect(asked).toHaveLength(4);
+    now += 10 * 60_000; // the tag is 10.5 min old
+    await cache.answers([tag, digest], registryOptions);
+    expect(asked.slice(4)).toEqual([tag]);
+    // A fourth image pushes out the oldest entry (the digest, stored first); the failure has expired meanwhile; the tag and the new one are kept.
+    await cache.answers(['r/other:v1'], registryOptions);
+    await cache.answers([digest, 'bad/x:1', tag, 'r/other:v1'], registryOptions);
+    expect(asked.slice(5)).toEqual(['r/other:v1', digest, 'bad/x:1']);
+  });
+});
+
+describe('annotation ops', () => {
+  const values = { 'vram-preflight.io/wrapped': 'model' };
+  it('creates metadata, or metadata.annotations, where the pod has none; adds a key beside others; nothing for a value already there', () => {
+    expect(annotationOps({}, values)).toEqual([{ op: 'add', path: '/metadata', value: { annotations: values } }]);
+    expect(annotationOps({ metadata: { name: 'p' } }, values)).toEqual([{ op: 'add', path: '/metadata/annotations', value: values }]);
+    expect(annotationOps({ metadata: { annotations: null } }, values)).toEqual([{ op: 'add', path: '/metadata/annotations', value: values }]);
+    expect(annotationOps({ metadata: { annotations: { a: 'b' } } }, values)).toEqual([{ op: 'add', path: '/metadata/annotations/vram-preflight.io~1wrapped', value: 'model' }]);
+    expect(annotationOps({ metadata: { annotations: { ...values } } }, values)).toEqual([]);
+  });
+
+  it('escapes JSON Pointer tokens (RFC 6901) and shortens reasons to one line', () => {
+    expect(pointerSegment('a/b~c')).toBe('a~1b~0c');
+    expect(shortReason('first line\nsecond')).toBe('first line');
+    expect(shortReason('x'.repeat(300), 20)).toBe(`${'x'.repeat(19)}…`);
+  });
+});
+
+describe('metrics', () => {
+  it('renders counters, gauges and histograms in the text format, label values escaped', () => {
+    const m = webhookMetrics();
+    m.requests.inc({ route: '/mutate', code: '200' });
+    m.requests.inc({ route: 'a"b\\c', code: '404' });
+    m.latency.observe(0.003);
+    m.latency.observe(7);
+    const text = m.render();
+    expect(text).toContain('vram_preflight_webhook_http_requests_total{route="/mutate",code="200"} 1');
+    expect(text).toContain('vram_preflight_webhook_http_requests_total{route="a\\"b\\\\c",code="404"} 1');
+    expect(text).toContain('vram_preflight_webhook_admission_duration_seconds_bucket{le="0.0025"} 0');
+    expect(text).toContain('vram_preflight_webhook_admission_duration_seconds_bucket{le="0.005"} 1');
+    expect(text).toContain('vram_preflight_webhook_admission_duration_seconds_bucket{le="+Inf"} 2');
+    expect(text).toContain('vram_preflight_webhook_admission_duration_seconds_count 2');
+    expect(text).toContain('vram_preflight_webhook_admissions_total{outcome="not-wrapped",dry_run="false"} 0');
+    expect(text.endsWith('\n')).toBe(true);
+  });
+});
+
+describe('file watch', () => {
+  it('a change is noticed by the poll alone (here the directory does not exist yet, so there is no watch)', async () => {
+    const dir = mkdtempSync(path.join(tmpdir(), 'vram-preflight-watch-'));
+    try {
+      const file = path.join(dir, 'config.yaml');
+      writeFileSync(file, 'a: 1\n');
+      let changes = 0;
+      // A path whose directory does not exist yet cannot be watched: only the poll sees it appear.
+      const late = path.join(dir, 'later', 'x.yaml');
+      const watch = watchFiles([late], () => changes++, 100);
+      const { mkdirSync } = await import('node:fs');
+      mkdirSync(path.dirname(late));
+      writeFileSync(late, 'b: 2\n');
+      const until = Date.now() + 10_000;
+      while (changes === 0 && Date.now() < until) await new Promise((r) => setTimeout(r, 50));
+      watch.close();
+      expect(changes).toBe(1);
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+});
