@@ -40,7 +40,8 @@ if (argv[0] === 'webhook') {
     // Loaded only when a lookup is needed: most runs never pay for the registry client.
     lookupImageStarts: (images, options) => import('../registry/index.js').then((registry) => registry.lookupImageStarts(images, options)),
   }).then(finish, (error: unknown) => {
-    stderr.write(`vram-preflight: internal error: ${error instanceof Error ? error.stack : String(error)}\n`);
+    // main() reports its own errors, internal ones too; this is the last resort should that fail.
+    stderr.write(`vram-preflight: error INTERNAL: ${error instanceof Error ? `${error.name}: ${error.message}` : String(error)}\n`);
     process.exitCode = 70;
   });
 }

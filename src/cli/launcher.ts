@@ -58,7 +58,7 @@ import { accessSync, closeSync, constants, fstatSync, openSync, readSync, rename
 import { isUtf8 } from 'node:buffer';
 import { basename, dirname, join } from 'node:path';
 import { Script } from 'node:vm';
-import { mayHoldTarget } from '../core/decide/target-words.js';
+import { mayHoldTargetInPieces } from '../core/decide/target-words.js';
 import { finish, handOverStdin, readStdin, stdout } from './process-io.js';
 
 /** The application's file name, next to this file (scripts/build.mjs). */
@@ -127,7 +127,8 @@ function readAll(file: { fd: number; size: number }, buffer: Buffer): Buffer {
  * Passes the input through, without loading the application, when it cannot
  * hold anything to rewrite: no arguments, no VRAM_PREFLIGHT_* variable (no
  * configured images, no report file), UTF-8 input that mentions none of the
- * target words (src/core/decide/target-words.ts). The application would write the same
+ * target words (src/core/decide/target-words.ts), also where a piece boundary cuts one
+ * in two. The application would write the same
  * bytes, through the same code (src/cli/process-io.ts), and exit 0: the
  * differential test in test/core/io.test.ts runs both on every fixture.
  * Otherwise what was read goes to the application. True when done.
@@ -137,7 +138,7 @@ function passedThrough(): boolean {
   const read = readStdin();
   // Input that is not ASCII is decoded as the CLI decodes it (src/cli/main.ts), and handed over decoded; not UTF-8 is the CLI's error to report.
   const text = Array.isArray(read) ? read : Buffer.isBuffer(read) && isUtf8(read) ? [read.toString('utf8')] : undefined;
-  if (text !== undefined && !text.some(mayHoldTarget)) {
+  if (text !== undefined && !mayHoldTargetInPieces(text)) {
     for (const piece of text) stdout.write(piece);
     finish(0);
     return true;

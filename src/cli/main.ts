@@ -10,7 +10,7 @@
 import { isUtf8 } from 'node:buffer';
 import { CONFIG_ENV, CONFIG_FLAG, SCALAR_OPTIONS, type Options } from '../config/sources.js';
 import { resolveOptions } from '../config/load.js';
-import { PreflightError } from '../core/errors.js';
+import { escapeControl, PreflightError } from '../core/errors.js';
 import { renderExplanation } from '../core/report/explain.js';
 import { renderReport } from '../core/report/report.js';
 import type { ImageStartAnswer, LookupFailure, RegistryOptions } from '../registry/index.js';
@@ -90,6 +90,55 @@ interface ParsedArgs {
 
 const OUTPUT_FLAG = '--output';
 
+const VALUE_FLAGS: readonly string[] = [CONFIG_FLAG, OUTPUT_FLAG, ...SCALAR_OPTIONS.map((o) => o.flag)];
+
+/** Refuses a flag we do not have, naming the ones it may have meant. */
+function checkKnownFlag(flag: string): void {
+  if (VALUE_FLAGS.includes(flag)) return;
+  // `--post-renderer-args '--timeout-seconds 900'` hands over one word with a space in it.
+  const space = flag.search(/\s/);
+  const first = space === -1 ? '' : flag.slice(0, space);
+  if (VALUE_FLAGS.includes(first)) {
+    const written = `${first}=${flag.slice(space).trim()}`;
+    throw new PreflightError('USAGE', `"${flag}" came as one argument, the option and its value with a space between them inside it (quoting, or one --post-renderer-args holding both, does that)`, {
+      fix: `write it as ${written} (one word, with =), e.g. helm ... --post-renderer-args=${written}`,
+    });
+  }
+  const close = closeFlags(flag);
+  throw new PreflightError('USAGE', `unknown option ${flag}`, {
+    fix: close.length ? `did you mean ${close.join(' or ')}? (all options: vram-preflight --help)` : `valid options: ${VALUE_FLAGS.join(', ')}, --help, --version`,
+  });
+}
+
+/** The valid flags within a few edits of `flag` (a typo), or of which it is a part, nearest first. */
+function closeFlags(flag: string): string[] {
+  const name = flag.replace(/^-+/, '').toLowerCase();
+  if (name.length < 2) return [];
+  const scored = VALUE_FLAGS.map((valid) => {
+    const validName = valid.slice(2);
+    const distance = editDistance(name, validName);
+    return { valid, distance, close: distance <= Math.max(2, Math.floor(validName.length / 4)) || validName.includes(name) || name.includes(validName) };
+  });
+  return scored
+    .filter((s) => s.close)
+    .sort((a, b) => a.distance - b.distance)
+    .slice(0, 3)
+    .map((s) => s.valid);
+}
+
+/** Levenshtein distance (insertions, deletions, substitutions), in two rows. */
+export function editDistance(a: string, b: string): number {
+  let previous = Array.from({ length: b.length + 1 }, (_, j) => j);
+  for (let i = 1; i <= a.length; i++) {
+    const current = [i];
+    for (let j = 1; j <= b.length; j++) {
+      current[j] = Math.min(previous[j]! + 1, current[j - 1]! + 1, previous[j - 1]! + (a[i - 1] === b[j - 1] ? 0 : 1));
+    }
+    previous = current;
+  }
+  return previous[b.length]!;
+}
+
 function parseArgs(argv: readonly string[]): ParsedArgs {
   const parsed: ParsedArgs = { command: 'transform', flags: [], output: 'text', images: [] };
   let outputGiven = false;
@@ -110,17 +159,17 @@ function parseArgs(argv: readonly string[]): ParsedArgs {
     }
     const eq = arg.indexOf('=');
     const flag = eq === -1 ? arg : arg.slice(0, eq);
+    // Known before a value is taken: `--bogus 5` is an unknown option, not `--bogus` with the value 5.
+    checkKnownFlag(flag);
     let value: string;
     if (eq !== -1) value = arg.slice(eq + 1);
     else if (i + 1 < argv.length) value = argv[++i]!;
-    else throw new PreflightError('USAGE', `option ${flag} needs a value`, { fix: 'see vram-preflight --help' });
+    else throw new PreflightError('USAGE', `option ${flag} needs a value`, { fix: `${flag}=VALUE; see vram-preflight --help` });
     if (flag === CONFIG_FLAG) parsed.configPath = value;
     else if (flag === OUTPUT_FLAG) {
       if (value !== 'text' && value !== 'json') throw new PreflightError('USAGE', `${OUTPUT_FLAG} is "${value}"`, { fix: `use ${OUTPUT_FLAG} text or ${OUTPUT_FLAG} json` });
       parsed.output = value;
       outputGiven = true;
-    } else if (!SCALAR_OPTIONS.some((o) => o.flag === flag)) {
-      throw new PreflightError('USAGE', `unknown option ${flag}`, { fix: `valid options: ${[CONFIG_FLAG, ...SCALAR_OPTIONS.map((o) => o.flag)].join(', ')}` });
     } else parsed.flags.push({ flag, value });
   }
   if (outputGiven && parsed.command !== 'explain') throw new PreflightError('USAGE', `${OUTPUT_FLAG} belongs to explain`, { fix: 'vram-preflight explain --output json < rendered.yaml' });
@@ -152,13 +201,24 @@ async function readAll(stdin: AsyncIterable<Uint8Array | string>): Promise<Strea
   return bytes.toString('utf8');
 }
 
-function report(io: CliIO, diagnosticsFile: string | undefined, lines: string[]): void {
+/**
+ * Writes `lines` to stderr and, when asked for, into the diagnostics file
+ * (`fileOnly`: more for the file, a stack trace). False when the file could
+ * not be written: then an IO error says so on stderr, and the run fails, since
+ * under Helm 4 the file may be the only place its messages were meant to reach.
+ */
+function report(io: CliIO, diagnosticsFile: string | undefined, lines: string[], fileOnly: string[] = []): boolean {
   for (const line of lines) io.stderr.write(`vram-preflight: ${line}\n`);
-  if (diagnosticsFile === undefined) return;
+  if (diagnosticsFile === undefined) return true;
   try {
-    io.writeFile(diagnosticsFile, lines.map((l) => `${l}\n`).join(''));
+    io.writeFile(diagnosticsFile, [...lines, ...fileOnly].map((l) => `${l}\n`).join(''));
+    return true;
   } catch (error) {
-    io.stderr.write(`vram-preflight: warning: cannot write diagnostics file ${diagnosticsFile}: ${(error as Error).message}\n`);
+    const failure = new PreflightError('IO', `cannot write the diagnostics file ${diagnosticsFile}: ${(error as NodeJS.ErrnoException).code ?? (error as Error).message}`, {
+      fix: 'give --diagnostics-file (or VRAM_PREFLIGHT_DIAGNOSTICS_FILE) a path in a directory this process may write, or leave it out',
+    });
+    io.stderr.write(`vram-preflight: ${failure.format()}\n`);
+    return false;
   }
 }
 
@@ -187,12 +247,12 @@ async function resolveImages(images: readonly string[], options: Options, io: Cl
   const answers = await io.lookupImageStarts(images, registryOptions(options, io.env));
   const failures = [...answers.values()].filter((a): a is LookupFailure => 'error' in a);
   const found = [...answers.values()].filter((a): a is ImageStartAnswer => !('error' in a));
-  const warnings = [...new Set(found.flatMap((a) => (a.warning ? [`warning: ${a.image}: ${a.warning}`] : [])))];
+  const warnings = [...new Set(found.flatMap((a) => (a.warning ? [`warning: ${escapeControl(`${a.image}: ${a.warning}`)}`] : [])))];
   if (failures.length) {
-    report(io, diagnosticsFile, [...failures.map((f) => `error IO: image "${f.image}": ${f.error}`), ...warnings]);
+    report(io, diagnosticsFile, [...failures.map((f) => `error IO: ${escapeControl(`image "${f.image}": ${f.error}`)}`), ...warnings]);
     return 1;
   }
-  report(io, diagnosticsFile, warnings);
+  if (!report(io, diagnosticsFile, warnings)) return 1;
   const { renderImageEntries } = await import('../registry/index.js');
   io.stdout.write(renderImageEntries(found));
   return 0;
@@ -210,31 +270,71 @@ function transformWithLookups(input: StreamText, options: Options, io: CliIO): P
 /** Helm 4 runs the plugin with this in the environment (Helm 3 runs a post-renderer as a bare executable). */
 const HELM4_PLUGIN_NAME = 'vram-preflight';
 
+/** Exit code of an internal error (EX_SOFTWARE of sysexits.h): a bug of ours, not a problem of the input. */
+export const EXIT_INTERNAL = 70;
+
+/** The last plain scalar of a refused render under Helm 4 (see main). */
+export const HELM4_REFUSED = 'vram-preflight-refused-the-render';
+
 /**
  * The CLI. Under Helm 4 a failing post-renderer's stderr is thrown away and
  * the user reads only 'plugin "vram-preflight" exited with error'. So there,
- * and only there, a failed transform also writes its messages to stdout as
+ * and only there, a failed run also writes its messages to stdout as
  * comments above a plain scalar, and exits 0: Helm 4 cannot read a scalar as
- * a manifest, fails the render, and prints the document it got — the
- * messages. No manifest can come out of such a run; everywhere else stdout
- * stays empty on error.
+ * a manifest, fails the render, and prints the document it got: the
+ * messages, the first of which says that vram-preflight refused the render,
+ * so that nobody reads it as a broken chart. No manifest can come out of
+ * such a run; everywhere else stdout stays empty on error.
  */
 export async function main(argv: readonly string[], io: CliIO): Promise<number> {
   const underHelm4 = io.env.HELM_PLUGIN_NAME === HELM4_PLUGIN_NAME && !['explain', 'resolve', '-h', '--help', '-v', '--version'].includes(argv[0] ?? '');
-  if (!underHelm4) return run(argv, io);
+  if (!underHelm4) return guardedRun(argv, io);
   const said: string[] = [];
-  const code = await run(argv, { ...io, stderr: { write: (text: string) => (said.push(text), io.stderr.write(text)) } });
+  const code = await guardedRun(argv, { ...io, stderr: { write: (text: string) => (said.push(text), io.stderr.write(text)) } });
   if (code === 0) return 0;
   const lines = said.join('').split('\n').filter((line) => line !== '');
-  io.stdout.write(`${lines.map((line) => `# ${line}`).join('\n')}\nvram-preflight-failed-see-the-messages-above\n`);
+  const why = lines.find((line) => line.startsWith('vram-preflight: error '))?.slice('vram-preflight: '.length) ?? `exit code ${code}`;
+  const headline = [
+    `vram-preflight refused the render, so nothing was rendered or installed: ${why}`,
+    '(Helm says it cannot parse the post-rendered output only because that is how a Helm 4 plugin can show this message; the chart is not broken)',
+  ];
+  io.stdout.write(`${[...headline, ...lines].map((line) => `# ${line}`).join('\n')}\n${HELM4_REFUSED}\n`);
   return 0;
 }
 
-async function run(argv: readonly string[], io: CliIO): Promise<number> {
+/**
+ * `run`, with any error that is not a PreflightError (a bug, whatever its
+ * cause) reported through the same channel as the others: stderr, the
+ * diagnostics file, Helm 4's stdout. Exit code 70. The stack trace goes into
+ * the diagnostics file only: on stderr it would bury the one line that says
+ * what happened.
+ */
+async function guardedRun(argv: readonly string[], io: CliIO): Promise<number> {
+  const state: RunState = {};
+  try {
+    return await run(argv, io, state);
+  } catch (error) {
+    const what = error instanceof Error ? `${error.name}: ${error.message}` : String(error);
+    const internal = new PreflightError('INTERNAL', `internal error (a bug in vram-preflight ${VERSION}, not in the input): ${what}`, {
+      fix: 'please report it with the input that caused it (docs/errors.md, "INTERNAL"); the diagnostics file (--diagnostics-file) also receives the stack trace',
+    });
+    const stack = error instanceof Error && error.stack ? error.stack.split('\n').map((line) => `  ${line}`) : [];
+    report(io, state.diagnosticsFile, [internal.format()], stack);
+    return EXIT_INTERNAL;
+  }
+}
+
+/** What a run has learnt that its error handling needs. */
+interface RunState {
+  diagnosticsFile?: string;
+}
+
+async function run(argv: readonly string[], io: CliIO, state: RunState): Promise<number> {
   let args: ParsedArgs;
   let options: Options;
   // An option error must reach the diagnostics file too, so find it before options parse.
   let diagnosticsFile = diagnosticsFileIn(argv) ?? (io.env.VRAM_PREFLIGHT_DIAGNOSTICS_FILE || undefined);
+  state.diagnosticsFile = diagnosticsFile;
   try {
     args = parseArgs(argv);
     if (args.command === 'help') {
@@ -247,6 +347,7 @@ async function run(argv: readonly string[], io: CliIO): Promise<number> {
     }
     options = resolveOptions(args, io);
     diagnosticsFile = options.diagnosticsFile;
+    state.diagnosticsFile = diagnosticsFile;
   } catch (error) {
     if (!(error instanceof PreflightError)) throw error;
     report(io, diagnosticsFile, [error.format()]);
@@ -257,7 +358,7 @@ async function run(argv: readonly string[], io: CliIO): Promise<number> {
     const input = await readAll(io.stdin);
     const result = await transformWithLookups(input, options, io);
     writeReportFile(io, options, result);
-    const warnings = [...new Set(result.warnings)].map((w) => `warning: ${w}`);
+    const warnings = [...new Set(result.warnings)].map((w) => `warning: ${escapeControl(w)}`);
     if (args.command === 'explain') {
       if (result.errors.some((e) => e.code === 'YAML_SYNTAX' || e.code === 'BAD_ENCODING')) {
         report(io, diagnosticsFile, result.errors.map((e) => e.format()));
@@ -277,7 +378,7 @@ async function run(argv: readonly string[], io: CliIO): Promise<number> {
       report(io, diagnosticsFile, [...result.errors.map((e) => e.format()), ...count, ...warnings]);
       return 1;
     }
-    report(io, diagnosticsFile, warnings);
+    if (!report(io, diagnosticsFile, warnings)) return 1;
     for (const piece of result.pieces) io.stdout.write(piece);
     return 0;
   } catch (error) {

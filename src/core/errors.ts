@@ -17,7 +17,8 @@ export type ErrorCode =
   | 'BAD_OPTION'
   | 'BAD_CONFIG'
   | 'USAGE'
-  | 'IO';
+  | 'IO'
+  | 'INTERNAL';
 
 /** 1-based line and column in the whole input stream. */
 export interface SourcePosition {
@@ -66,8 +67,9 @@ export class PreflightError extends Error {
     if (container !== undefined) where.push(`container "${container}"`);
     if (image !== undefined) where.push(`image "${image}"`);
     if (position) where.push(`line ${position.line}, column ${position.col}`);
-    const lines = [`error ${this.code}: ${where.length ? `${where.join(', ')}: ` : ''}${this.message}`];
-    if (fix) lines.push(`  fix: ${fix.replace(/\n/g, '\n       ')}`);
+    const lines = [`error ${this.code}: ${escapeControl(`${where.length ? `${where.join(', ')}: ` : ''}${this.message}`)}`];
+    // A fix's own line breaks are its layout; anything else it quotes from the input is escaped.
+    if (fix) lines.push(`  fix: ${fix.split('\n').map(escapeControl).join('\n       ')}`);
     return lines.join('\n');
   }
 }
@@ -78,4 +80,24 @@ export function describeDocument(doc: DocumentRef): string {
   if (origin) return `${id} (${origin})`;
   // An object that is not part of a stream (a pod at admission) has no line.
   return doc.line > 0 ? `${id} (document ${doc.index}, line ${doc.line})` : id;
+}
+
+/**
+ * Text from the input as it may be printed on a terminal or in a log: C0
+ * controls (line breaks and tabs too), DEL, C1 controls and the Unicode line
+ * separators become escapes (`\n`, `\t`, `\r`, `\x1b`, `\x7f`, `\x9b`,
+ * `\u2028`), so that an image or name from a manifest can neither move the
+ * cursor, clear the screen nor forge a line of its own. Every message passes
+ * through it (PreflightError.format, the CLI's warnings), not each quote.
+ */
+export function escapeControl(text: string): string {
+  return text.replace(CONTROL, escapeOne);
+}
+
+const CONTROL = /[\u0000-\u001f\u007f-\u009f\u2028\u2029]/g;
+const NAMED: Record<string, string> = { '\n': '\\n', '\r': '\\r', '\t': '\\t' };
+
+function escapeOne(char: string): string {
+  const code = char.charCodeAt(0);
+  return NAMED[char] ?? (code < 0x100 ? `\\x${code.toString(16).padStart(2, '0')}` : `\\u${code.toString(16).padStart(4, '0')}`);
 }

@@ -173,8 +173,9 @@ spec:
     const failing = realVllm.replace('lmcache/vllm-openai:v0.5.2', 'lmcache/vllm-openai@sha256:abc');
     const helm4 = await runCli(['--registry-lookup=never'], failing, { env: { HELM_PLUGIN_NAME: 'vram-preflight' } });
     expect(helm4.code).toBe(0);
-    expect(helm4.stdout).toMatch(/^# vram-preflight: error UNKNOWN_START: /);
-    expect(helm4.stdout.trimEnd().split('\n').pop()).toBe('vram-preflight-failed-see-the-messages-above');
+    expect(helm4.stdout).toMatch(/^# vram-preflight refused the render, so nothing was rendered or installed: error UNKNOWN_START: /);
+    expect(helm4.stdout).toMatch(/^# vram-preflight: error UNKNOWN_START: /m);
+    expect(helm4.stdout.trimEnd().split('\n').pop()).toBe('vram-preflight-refused-the-render');
     expect(helm4.stderr).toContain('error UNKNOWN_START');
     const plain = await runCli(['--registry-lookup=never'], failing);
     expect(plain.code).toBe(1);

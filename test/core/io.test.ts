@@ -40,6 +40,20 @@ afterAll(() => {
   }
 });
 
+/**
+ * A vLLM Deployment whose `command` is one line longer than the launcher's
+ * 1 MiB read piece (src/cli/process-io.ts), its only `word` cut after `cut`
+ * characters by the piece's end: the launcher reads the lines before it as
+ * one piece, then the long line from its start (shared reproducer
+ * launcher-word-across-read-piece).
+ */
+function wordAcrossReadPiece(word: string, cut: number): string {
+  const head = 'apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: m\nspec:\n  template:\n    spec:\n      containers:\n        - name: server\n          image: docker.io/library/python:3.12\n';
+  const line = '          command: [';
+  const pad = ' '.repeat((1 << 20) - cut - line.length);
+  return `${head}${line}${pad}${word}, serve, Qwen/Qwen2-7B]\n          resources:\n            limits:\n              nvidia.com/gpu: "1"\n`;
+}
+
 /** The launcher and its application, copied into d (they go together); the launcher's path. */
 function copyBundle(d: string): string {
   const b = path.join(d, 'vram-preflight.cjs');
@@ -350,6 +364,10 @@ describe("the launcher's pass-through: input that cannot hold a target, without 
     ['not UTF-8', Buffer.from([0x61, 0x3a, 0x20, 0xff, 0x0a])],
     ['broken YAML without a target', Buffer.from('a: [\n')],
     ['a generated stream of 300 documents', Buffer.from(generate(300))],
+    // A line longer than the launcher's 1 MiB read piece, its only target word cut by the piece's end.
+    ...(['vllm', 'llm-d', 'huggingfaceserver'] as const).flatMap((word) =>
+      [1, word.length >> 1, word.length - 1].map((cut): [string, Buffer] => [`"${word}" cut after ${cut} by a 1 MiB read piece`, Buffer.from(wordAcrossReadPiece(word, cut))]),
+    ),
   ];
   /** Any VRAM_PREFLIGHT_* variable turns the pass-through off; this one changes nothing else. */
   const applicationOnly = { ...env, VRAM_PREFLIGHT_FAST_PARSE: 'on' };
@@ -360,6 +378,12 @@ describe("the launcher's pass-through: input that cannot hold a target, without 
     expect(lane.status).toBe(app.status);
     expect(lane.stdout.equals(app.stdout)).toBe(true);
     expect(lane.stderr.toString()).toBe(app.stderr.toString());
+  });
+
+  it('a vLLM start whose word the read piece cuts in two is wrapped (the case above is not a pass-through of both)', () => {
+    const app = spawnSync(process.execPath, [bundle], { input: wordAcrossReadPiece('vllm', 2), env, maxBuffer: 1 << 28 });
+    expect(app.status).toBe(0);
+    expect(app.stdout.toString()).toContain('# vram-preflight ');
   });
 
   it('really skips the application: a pass-through run writes no code cache, a render does', () => {

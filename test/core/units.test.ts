@@ -9,7 +9,7 @@ import { globMatches } from '../../src/core/decide/glob.js';
 import { escapeForKubelet } from '../../src/core/decide/start.js';
 import { firstDifference, verifyEditedChunk } from '../../src/core/yaml/verify.js';
 import { LineIndex, splitStream } from '../../src/core/yaml/stream.js';
-import { mayHoldTarget, TARGET_WORDS } from '../../src/core/decide/target-words.js';
+import { mayHoldTarget, mayHoldTargetInPieces, TARGET_WORDS } from '../../src/core/decide/target-words.js';
 import { readUtilization } from '../../src/core/decide/utilization.js';
 import { argvStartsVllm, startsVllmInBackground } from '../../src/core/decide/detect.js';
 import { quoteYamlString } from '../../src/core/yaml/edit.js';
@@ -184,6 +184,17 @@ describe('the target words (src/core/decide/target-words.ts)', () => {
     expect(mayHoldTarget('name: "\\x76llm"')).toBe(true);
     expect(mayHoldTarget('image: ghcr.io/LLM-D/x')).toBe(true);
     expect(mayHoldTarget('image: llama.cpp/server')).toBe(false);
+  });
+  it('in pieces: the same answer as for the pieces joined, wherever the boundaries cut a word, and through pieces shorter than a word', () => {
+    const texts = [...TARGET_WORDS.map((w) => `image: ${w.toUpperCase()}/x`), 'image: llama.cpp/server', 'a: "\\x76"', 'command: [vl, lm]'];
+    for (const text of texts) {
+      for (let a = 0; a <= text.length; a++) {
+        for (let b = a; b <= text.length; b += 3) {
+          const pieces = [text.slice(0, a), text.slice(a, b), text.slice(b, b + 1), text.slice(b + 1)];
+          expect(mayHoldTargetInPieces(pieces), JSON.stringify(pieces)).toBe(mayHoldTarget(text));
+        }
+      }
+    }
   });
 });
 

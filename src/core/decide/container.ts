@@ -11,7 +11,7 @@ import { PreflightError, type DocumentRef, type ErrorDetails } from '../errors.j
 import { ANNOTATION_CONTAINERS, ANNOTATION_SKIP, imageIsVllmFamily, isHuggingfaceServerImage, mentionsVllmFlag, nameSelected, otherEngine, runsHuggingfaceServer, runsOnCpu, shellRunsPreflight, startsRayNode, startsVllmInBackground, vllmEvidence } from './detect.js';
 import { nvidiaGpuSignals, otherAccelerators, SIGNALS_CHECKED, type DeviceClaims, type GpuSignal } from '../tables/gpu.js';
 import { asBashWord, joinsAsOneCommand, kuberayStart, RAY_OVERWRITE_ANNOTATION, type RayStart } from './kuberay.js';
-import { parseImage, repositoryMatches } from '../tables/image-ref.js';
+import { imageReferenceProblem, parseImage, repositoryMatches } from '../tables/image-ref.js';
 import { PREFLIGHT_MARKER_PREFIX, renderPreflightScript } from '../preflight.js';
 import type { KeptAnchors } from '../yaml/edit.js';
 import { isWrapped, resolveStart, WRAPPER_COMMAND, type ContainerStart, type StartEvidence, type StartSources } from './start.js';
@@ -125,6 +125,12 @@ function hasConfigEntry(image: string | undefined, options: Options): boolean {
   return options.images.some((entry) => repositoryMatches(reference, entry.repository));
 }
 
+/** A container we would look at whose image cannot be pulled is refused: no start can be read for it. */
+function refuseImageNoRuntimePulls(image: string | undefined, ours: boolean): void {
+  const problem = image === undefined || !ours ? undefined : imageReferenceProblem(image);
+  if (problem) throw new PreflightError('BAD_CONTAINER', `the image is not an image reference: ${problem}`, { fix: 'write the image as [registry/]repository[:tag][@digest] with nothing around it; check the values that render it (a `|` block scalar or a value read from a file ends in a line break)' });
+}
+
 /** Anchors on the old command/args items, carried to where those items land in the new lists. */
 function keptAnchors(command: (string | undefined)[] | undefined, args: (string | undefined)[] | undefined, wrapped: boolean, commandLength: number, startFromImage: number, unwrap: boolean): KeptAnchors {
   const inStart: (string | undefined)[] = [];
@@ -163,6 +169,7 @@ export function decideContainer(input: ContainerInput, base: Pick<ContainerRepor
 
     const skipBecause = ((): string | undefined => {
       if (controls.skip) return `opted out by annotation ${ANNOTATION_SKIP}`;
+      refuseImageNoRuntimePulls(image, controls.forced || imageIsVllmFamily(image) || vllmEvidence(written) !== undefined);
       if (!wrapped && shellRunsPreflight(written, PREFLIGHT_MARKER_PREFIX)) return 'its shell script already runs the vram-preflight wait (a wrapped start that KubeRay joined into its bash -lc line)';
       if (rayStart === 'ray-start') {
         if (controls.forced) report.warnings.push(`named by annotation ${ANNOTATION_CONTAINERS}, but KubeRay starts this Ray container as \`ray start\` (it gives no command or args): there is no start of its own to wait before, so it is not wrapped`);

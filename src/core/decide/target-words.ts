@@ -21,3 +21,21 @@ const MENTIONS = new RegExp(TARGET_WORDS.join('|'), 'i');
 export function mayHoldTarget(text: string): boolean {
   return text.includes('\\') || MENTIONS.test(text);
 }
+
+/** The longest target word: a word cut by a piece boundary lies within this many characters less one on each side. */
+const LONGEST = Math.max(...TARGET_WORDS.map((word) => word.length));
+
+/**
+ * mayHoldTarget of the text the pieces make together, without joining them:
+ * each piece, and across each boundary the last LONGEST - 1 characters before
+ * it with the first LONGEST - 1 after it, where a word cut in two lies (stdin
+ * is read in pieces of 1 MiB, and a longer line is cut wherever the piece ends).
+ */
+export function mayHoldTargetInPieces(pieces: readonly string[]): boolean {
+  let before = '';
+  for (const piece of pieces) {
+    if (mayHoldTarget(piece) || (before !== '' && mayHoldTarget(before + piece.slice(0, LONGEST - 1)))) return true;
+    before = piece.length >= LONGEST - 1 ? piece.slice(1 - LONGEST) : (before + piece).slice(1 - LONGEST);
+  }
+  return false;
+}

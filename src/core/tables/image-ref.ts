@@ -43,6 +43,19 @@ export function parseImage(raw: string): ImageReference {
   return { raw, registry, repository: rest.toLowerCase(), tag, digest };
 }
 
+/**
+ * Why `raw` cannot be an image reference, when it holds a character none can
+ * (whitespace or a control character: a block scalar or a values file often
+ * leaves a line break there); the kubelet would refuse to pull it.
+ */
+export function imageReferenceProblem(raw: string): string | undefined {
+  const found = /[\s\u0000-\u001f\u007f-\u009f]/.exec(raw);
+  if (!found) return undefined;
+  const char = found[0];
+  const named = char === '\n' ? 'a line break' : char === '\r' ? 'a carriage return' : char === '\t' ? 'a tab' : char === ' ' ? 'a space' : `the character U+${char.charCodeAt(0).toString(16).toUpperCase().padStart(4, '0')}`;
+  return `it holds ${named}, which no image reference can hold (the kubelet would refuse to pull it: InvalidImageName)`;
+}
+
 /** The tag the runtime pulls: none written means `latest`, a bare digest names no tag. */
 export function effectiveTag(image: ImageReference): string | undefined {
   return image.tag ?? (image.digest === undefined ? 'latest' : undefined);

@@ -25,8 +25,9 @@ export interface ParsedTag {
 }
 
 /** Suffixes that name the same release built for another architecture, CUDA or base OS. */
-const VLLM_SUFFIXES = /^(.*?)(-(?:x86_64|aarch64|arm64))?(-cu\d{3})?(-ubuntu\d{4})?$/;
-const LMCACHE_SUFFIXES = /^(.*?)(-cu\d{3})?$/;
+// `s`: a tag is any text here (one with a line break is refused elsewhere, by the container that holds it).
+const VLLM_SUFFIXES = /^(.*?)(-(?:x86_64|aarch64|arm64))?(-cu\d{3})?(-ubuntu\d{4})?$/s;
+const LMCACHE_SUFFIXES = /^(.*?)(-cu\d{3})?$/s;
 const NIGHTLY_DATE = /^nightly-(\d{4}-\d{2}-\d{2})$/;
 
 export function parseTag(tag: string, grammar: TagGrammar): ParsedTag {
