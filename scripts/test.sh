@@ -3,14 +3,15 @@
 # .ci/run): installs the Debian packages the tests execute (real shells, the
 # linters and tools: shellcheck, unzip, hyperfine; docker-registry, skopeo and
 # openssl for the registry lookup tests; git and gpg for the release tests;
-# python3-jsonpatch to apply the webhook's patches),
+# python3-jsonpatch to apply the webhook's patches; buildah and umoci to build and unpack
+# the images, daemonless and offline),
 # the npm dependencies and the real helm binaries, builds the bundle,
 # type-checks, then runs vitest.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 # command -> Debian package that provides it
-packages=(python3:python3 dash:dash busybox:busybox shellcheck:shellcheck unzip:unzip unshare:util-linux setpriv:util-linux mount:mount hyperfine:hyperfine docker-registry:docker-registry skopeo:skopeo openssl:openssl git:git gpg:gpg gpg-agent:gpg-agent gpgconf:gpgconf)
+packages=(python3:python3 dash:dash busybox:busybox shellcheck:shellcheck unzip:unzip unshare:util-linux setpriv:util-linux mount:mount hyperfine:hyperfine docker-registry:docker-registry skopeo:skopeo openssl:openssl git:git gpg:gpg gpg-agent:gpg-agent gpgconf:gpgconf buildah:buildah umoci:umoci)
 missing=()
 for entry in "${packages[@]}"; do
   command -v "${entry%%:*}" >/dev/null 2>&1 || missing+=("${entry#*:}")
@@ -30,6 +31,7 @@ fi
 
 npm ci --no-audit --no-fund
 bash scripts/fetch-helm.sh
+bash scripts/build-image.sh fetch-node
 node scripts/generate-validator.mjs --check
 node scripts/build.mjs
 npm run typecheck

@@ -5,9 +5,17 @@
 // test chart uses; every other path (the GETs Helm makes to look for
 // existing objects) is 404, i.e. "nothing installed yet". It writes nothing.
 //
+// With a JSON file as argument ({"/api/v1/namespaces/NS/secrets/NAME": {...}}),
+// it also answers those paths with those objects, as Helm's `lookup` reads
+// them in `--dry-run=server`; a list of a namespaced resource is then an empty
+// list (Helm's release history: "no release yet").
+//
 // Run as a child process (helm runs through spawnSync, which would block an
 // in-process server): prints `listening <port>` on stdout; stop it with SIGTERM.
+import { readFileSync } from 'node:fs';
 import http from 'node:http';
+
+const objects = process.argv[2] ? JSON.parse(readFileSync(process.argv[2], 'utf8')) : undefined;
 
 const resource = (name, kind, namespaced = true) => ({
   name,
@@ -19,9 +27,14 @@ const resource = (name, kind, namespaced = true) => ({
 const groups = {
   'apps/v1': [resource('deployments', 'Deployment'), resource('statefulsets', 'StatefulSet'), resource('daemonsets', 'DaemonSet')],
   'batch/v1': [resource('jobs', 'Job'), resource('cronjobs', 'CronJob')],
+  'policy/v1': [resource('poddisruptionbudgets', 'PodDisruptionBudget')],
+  'rbac.authorization.k8s.io/v1': [resource('clusterroles', 'ClusterRole', false), resource('clusterrolebindings', 'ClusterRoleBinding', false)],
+  'admissionregistration.k8s.io/v1': [resource('mutatingwebhookconfigurations', 'MutatingWebhookConfiguration', false)],
+  'cert-manager.io/v1': [resource('certificates', 'Certificate'), resource('issuers', 'Issuer')],
 };
 const core = [
   resource('configmaps', 'ConfigMap'),
+  resource('serviceaccounts', 'ServiceAccount'),
   resource('services', 'Service'),
   resource('secrets', 'Secret'),
   resource('pods', 'Pod'),
@@ -47,6 +60,12 @@ function answer(url) {
   }
   const gv = p.startsWith('/apis/') ? p.slice(6) : '';
   if (groups[gv]) return { kind: 'APIResourceList', apiVersion: 'v1', groupVersion: gv, resources: groups[gv] };
+  if (objects) {
+    if (objects[p]) return objects[p];
+    const list = /^\/api\/v1\/namespaces\/[^/]+\/([a-z]+)$/.exec(p);
+    const listed = list && core.find((r) => r.name === list[1]);
+    if (listed) return { kind: `${listed.kind}List`, apiVersion: 'v1', metadata: {}, items: [] };
+  }
   return undefined;
 }
 

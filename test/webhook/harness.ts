@@ -233,7 +233,7 @@ export function readReview(answer: Answer): ReviewAnswer {
 /** Applies an RFC 6902 patch with python3-jsonpatch (not our code). */
 export function applyPatch(document: unknown, patch: unknown[]): unknown {
   const program = 'import json, sys, jsonpatch\nd = json.load(sys.stdin)\nsys.stdout.write(json.dumps(jsonpatch.apply_patch(d["doc"], d["patch"])))';
-  const out = execFileSync('python3', ['-c', program], { input: JSON.stringify({ doc: document, patch }), encoding: 'utf8' });
+  const out = execFileSync('/usr/bin/python3', ['-c', program], { input: JSON.stringify({ doc: document, patch }), encoding: 'utf8' });
   return JSON.parse(out);
 }
 

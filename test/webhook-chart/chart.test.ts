@@ -1,0 +1,373 @@
+/**
+ * The webhook's chart, deploy/webhook/, rendered by the real helm v3 and v4 in
+ * both certificate modes and both namespace modes: lint, the settings an
+ * admission webhook must have, the Kubernetes API schema of every object, and
+ * a generated certificate that stays the same when the cluster already holds it.
+ */
+import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
+import { X509Certificate, createPrivateKey } from 'node:crypto';
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import path from 'node:path';
+import { Ajv } from 'ajv';
+import { ClusterRole, ClusterRoleBinding } from 'kubernetes-models/rbac.authorization.k8s.io/v1';
+import { MutatingWebhookConfiguration } from 'kubernetes-models/admissionregistration.k8s.io/v1';
+import { Deployment } from 'kubernetes-models/apps/v1';
+import { PodDisruptionBudget } from 'kubernetes-models/policy/v1';
+import { ConfigMap, Secret, Service, ServiceAccount } from 'kubernetes-models/v1';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { parse as parseYaml, parseAllDocuments } from 'yaml';
+
+const ROOT = path.join(import.meta.dirname, '../..');
+const CHART = path.join(ROOT, 'deploy/webhook');
+const HELMS = { v3: path.join(ROOT, '.cache/helm/v3/helm'), v4: path.join(ROOT, '.cache/helm/v4/helm') } as const;
+type Helm = keyof typeof HELMS;
+type K8s = { apiVersion: string; kind: string; metadata: { name: string; namespace?: string; labels?: Record<string, string>; annotations?: Record<string, string> }; [k: string]: any };
+
+const RELEASE = 'gate';
+const NAMESPACE = 'vram-preflight';
+const FULLNAME = `${RELEASE}-vram-preflight-webhook`;
+
+function helm(which: Helm, args: string[]) {
+  // Helm's own dirs in a throw-away home: nothing of the machine's helm setup leaks in.
+  const home = mkdtempSync(path.join(tmpdir(), 'chart-helm-'));
+  try {
+    return spawnSync(HELMS[which], args, {
+      encoding: 'utf8',
+      env: { PATH: process.env.PATH, HOME: home, HELM_CACHE_HOME: `${home}/c`, HELM_CONFIG_HOME: `${home}/f`, HELM_DATA_HOME: `${home}/d` },
+    });
+  } finally {
+    rmSync(home, { recursive: true, force: true });
+  }
+}
+function template(which: Helm, values: string[] = [], extra: string[] = []): K8s[] {
+  const r = helm(which, ['template', RELEASE, CHART, '--namespace', NAMESPACE, ...values.flatMap((v) => ['--set', v]), ...extra]);
+  expect(r.stderr).toBe('');
+  expect(r.status).toBe(0);
+  return objects(r.stdout);
+}
+const objects = (stream: string): K8s[] => parseAllDocuments(stream).map((d) => d.toJS() as K8s).filter((o) => o && typeof o === 'object');
+const only = (all: K8s[], kind: string, name?: string): K8s => {
+  const found = all.filter((o) => o.kind === kind && (name === undefined || o.metadata.name === name));
+  expect(found.map((o) => o.metadata.name), kind).toHaveLength(1);
+  return found[0]!;
+};
+
+// The Kubernetes API's schemas (kubernetes-models, as in test/core/kubernetes-schema.test.ts).
+type Model = new (data: never) => { validate(): void };
+const MODELS: Record<string, Model> = {
+  'v1/ServiceAccount': ServiceAccount as unknown as Model,
+  'v1/ConfigMap': ConfigMap as unknown as Model,
+  'v1/Secret': Secret as unknown as Model,
+  'v1/Service': Service as unknown as Model,
+  'apps/v1/Deployment': Deployment as unknown as Model,
+  'policy/v1/PodDisruptionBudget': PodDisruptionBudget as unknown as Model,
+  'rbac.authorization.k8s.io/v1/ClusterRole': ClusterRole as unknown as Model,
+  'rbac.authorization.k8s.io/v1/ClusterRoleBinding': ClusterRoleBinding as unknown as Model,
+  'admissionregistration.k8s.io/v1/MutatingWebhookConfiguration': MutatingWebhookConfiguration as unknown as Model,
+};
+// cert-manager's CRDs are not in kubernetes-models: the fields the chart sets,
+// with the types and required fields of cert-manager.io/v1, nothing else.
+const ajv = new Ajv({ strict: false });
+const meta = { type: 'object', required: ['name', 'namespace'], properties: { name: { type: 'string' }, namespace: { type: 'string' } } };
+const issuerRef = { type: 'object', required: ['name'], additionalProperties: false, properties: { name: { type: 'string' }, kind: { enum: ['Issuer', 'ClusterIssuer'] }, group: { const: 'cert-manager.io' } } };
+const CERT_MANAGER: Record<string, ReturnType<typeof ajv.compile>> = {
+  'cert-manager.io/v1/Certificate': ajv.compile({
+    type: 'object',
+    required: ['metadata', 'spec'],
+    properties: {
+      metadata: meta,
+      spec: {
+        type: 'object',
+        required: ['secretName', 'issuerRef'],
+        additionalProperties: false,
+        properties: {
+          secretName: { type: 'string' },
+          isCA: { type: 'boolean' },
+          commonName: { type: 'string', maxLength: 64 },
+          dnsNames: { type: 'array', items: { type: 'string' } },
+          duration: { type: 'string', pattern: '^[0-9]+h$' },
+          renewBefore: { type: 'string', pattern: '^[0-9]+h$' },
+          usages: { type: 'array', items: { enum: ['server auth', 'digital signature', 'key encipherment'] } },
+          privateKey: { type: 'object', additionalProperties: false, properties: { algorithm: { enum: ['RSA', 'ECDSA', 'Ed25519'] }, size: { type: 'integer' }, rotationPolicy: { enum: ['Never', 'Always'] } } },
+          issuerRef,
+        },
+      },
+    },
+  }),
+  'cert-manager.io/v1/Issuer': ajv.compile({
+    type: 'object',
+    required: ['metadata', 'spec'],
+    properties: {
+      metadata: meta,
+      spec: {
+        type: 'object',
+        additionalProperties: false,
+        minProperties: 1,
+        maxProperties: 1,
+        properties: { selfSigned: { type: 'object' }, ca: { type: 'object', required: ['secretName'], properties: { secretName: { type: 'string' } } } },
+      },
+    },
+  }),
+};
+function expectValid(all: K8s[]): void {
+  for (const o of all) {
+    const key = `${o.apiVersion}/${o.kind}`;
+    if (MODELS[key]) new MODELS[key](o as never).validate();
+    else if (CERT_MANAGER[key]) expect(CERT_MANAGER[key](o), `${key}: ${ajv.errorsText(CERT_MANAGER[key].errors)}`).toBe(true);
+    else throw new Error(`no schema for ${key}`);
+  }
+}
+
+const MODES = [
+  { certs: 'generated', ns: 'optIn', values: [] },
+  { certs: 'generated', ns: 'optOut', values: ['webhook.namespaceMode=optOut'] },
+  { certs: 'cert-manager', ns: 'optIn', values: ['certificates.certManager.enabled=true'] },
+  { certs: 'cert-manager', ns: 'optOut', values: ['certificates.certManager.enabled=true', 'webhook.namespaceMode=optOut'] },
+] as const;
+
+describe.each(Object.keys(HELMS) as Helm[])('helm %s', (which) => {
+  it('lints clean in every mode', () => {
+    for (const mode of MODES) {
+      const r = helm(which, ['lint', CHART, '--strict', '--namespace', NAMESPACE, ...mode.values.flatMap((v) => ['--set', v])]);
+      expect(r.stdout + r.stderr, mode.values.join(',')).toContain('0 chart(s) failed');
+      expect(r.status).toBe(0);
+    }
+  });
+
+  describe.each(MODES)('$certs certificates, $ns namespaces', ({ certs, ns, values }) => {
+    const all = template(which, [...values]);
+    const hook = only(all, 'MutatingWebhookConfiguration');
+    const webhook = hook.webhooks[0];
+
+    it('renders objects valid against the Kubernetes API schema', () => {
+      expectValid(all);
+      expect(all.map((o) => o.kind).sort()).toEqual(
+        [
+          'ClusterRole',
+          'ClusterRoleBinding',
+          'ConfigMap',
+          'Deployment',
+          'MutatingWebhookConfiguration',
+          'PodDisruptionBudget',
+          'Service',
+          'ServiceAccount',
+          ...(certs === 'generated' ? ['Secret'] : ['Certificate', 'Certificate', 'Issuer', 'Issuer']),
+        ].sort(),
+      );
+    });
+
+    it('never blocks a pod and is called once more when later webhooks changed it', () => {
+      expect(hook.apiVersion).toBe('admissionregistration.k8s.io/v1');
+      expect(hook.webhooks).toHaveLength(1);
+      expect(webhook).toMatchObject({
+        admissionReviewVersions: ['v1'],
+        failurePolicy: 'Ignore',
+        sideEffects: 'None',
+        timeoutSeconds: 5,
+        reinvocationPolicy: 'IfNeeded',
+        matchPolicy: 'Equivalent',
+        rules: [{ apiGroups: [''], apiVersions: ['v1'], resources: ['pods'], operations: ['CREATE'], scope: 'Namespaced' }],
+        clientConfig: { service: { name: FULLNAME, namespace: NAMESPACE, path: '/mutate', port: 443 } },
+      });
+    });
+
+    it(`selects namespaces ${ns === 'optIn' ? 'labelled in' : 'not labelled out'}, never the control plane's or its own, and no pod labelled skip`, () => {
+      const expressions = webhook.namespaceSelector.matchExpressions;
+      expect(webhook.namespaceSelector.matchLabels).toBeUndefined();
+      expect(expressions).toContainEqual(
+        ns === 'optIn'
+          ? { key: 'vram-preflight.io/inject', operator: 'In', values: ['enabled'] }
+          : { key: 'vram-preflight.io/inject', operator: 'NotIn', values: ['disabled'] },
+      );
+      expect(expressions).toContainEqual({ key: 'kubernetes.io/metadata.name', operator: 'NotIn', values: ['kube-system', 'kube-node-lease', NAMESPACE] });
+      expect(expressions).toHaveLength(2);
+      expect(webhook.objectSelector).toEqual({ matchExpressions: [{ key: 'vram-preflight.io/skip', operator: 'NotIn', values: ['true'] }] });
+    });
+
+    it('runs 2 replicas, restricted, with HTTPS probes, resources, spread and a disruption budget', () => {
+      const deployment = only(all, 'Deployment');
+      const pod = deployment.spec.template.spec;
+      expect(deployment.spec.replicas).toBe(2);
+      expect(pod.terminationGracePeriodSeconds).toBeGreaterThan(15); // the webhook drains for up to 15 s on SIGTERM
+      expect(pod.volumes.find((v: { name: string }) => v.name === 'tmp')).toMatchObject({ emptyDir: {} });
+      expect(pod.securityContext).toMatchObject({ runAsNonRoot: true, runAsUser: 65532, seccompProfile: { type: 'RuntimeDefault' } });
+      expect(pod.containers).toHaveLength(1);
+      const container = pod.containers[0];
+      expect(container.securityContext).toEqual({
+        runAsNonRoot: true,
+        readOnlyRootFilesystem: true,
+        allowPrivilegeEscalation: false,
+        capabilities: { drop: ['ALL'] },
+        seccompProfile: { type: 'RuntimeDefault' },
+      });
+      expect(container.image).toBe(`ghcr.io/vram-preflight/vram-preflight-webhook:${packageVersion()}`);
+      expect(container.ports).toEqual([{ name: 'https', containerPort: 8443, protocol: 'TCP' }]);
+      expect(container.livenessProbe.httpGet).toEqual({ path: '/healthz', port: 'https', scheme: 'HTTPS' });
+      expect(container.readinessProbe.httpGet).toEqual({ path: '/readyz', port: 'https', scheme: 'HTTPS' });
+      expect(container.resources.requests).toMatchObject({ cpu: expect.any(String), memory: expect.any(String) });
+      expect(container.resources.limits.memory).toEqual(expect.any(String));
+      expect(container.args).toEqual([
+        'webhook',
+        '--tls-cert-file=/etc/vram-preflight/tls/tls.crt',
+        '--tls-key-file=/etc/vram-preflight/tls/tls.key',
+        '--config=/etc/vram-preflight/config/config.yaml',
+        '--port=8443',
+      ]);
+      // Whole-directory mounts of the Secret and the ConfigMap: the kubelet updates them in place.
+      expect(container.volumeMounts.every((m: { subPath?: string }) => m.subPath === undefined)).toBe(true);
+      const volumes = Object.fromEntries(pod.volumes.map((v: { name: string }) => [v.name, v]));
+      expect(volumes.tls.secret.secretName).toBe(`${FULLNAME}-tls`);
+      expect(volumes.config.configMap.name).toBe(`${FULLNAME}-config`);
+      expect(pod.topologySpreadConstraints.map((t: { topologyKey: string }) => t.topologyKey)).toEqual(['kubernetes.io/hostname', 'topology.kubernetes.io/zone']);
+      const pdb = only(all, 'PodDisruptionBudget');
+      expect(pdb.spec).toEqual({ maxUnavailable: 1, selector: deployment.spec.selector });
+      expect(only(all, 'Service').spec.selector).toEqual(deployment.spec.selector.matchLabels);
+    });
+
+    it('may only get DRA claims and claim templates', () => {
+      expect(only(all, 'ClusterRole').rules).toEqual([{ apiGroups: ['resource.k8s.io'], resources: ['resourceclaims', 'resourceclaimtemplates'], verbs: ['get'] }]);
+      const binding = only(all, 'ClusterRoleBinding');
+      expect(binding.subjects).toEqual([{ kind: 'ServiceAccount', name: FULLNAME, namespace: NAMESPACE }]);
+      expect(binding.roleRef.name).toBe(only(all, 'ClusterRole').metadata.name);
+    });
+
+    if (certs === 'generated') {
+      it('generates a CA and a serving certificate for the Service, and trusts that CA', () => {
+        const secret = only(all, 'Secret');
+        expect(secret.type).toBe('kubernetes.io/tls');
+        const decode = (key: string) => Buffer.from(secret.data[key], 'base64');
+        const ca = new X509Certificate(decode('ca.crt'));
+        const serving = new X509Certificate(decode('tls.crt'));
+        expect(serving.checkIssued(ca)).toBe(true);
+        expect(serving.verify(ca.publicKey)).toBe(true);
+        expect(serving.checkPrivateKey(createPrivateKey(decode('tls.key')))).toBe(true);
+        for (const name of [FULLNAME, `${FULLNAME}.${NAMESPACE}`, `${FULLNAME}.${NAMESPACE}.svc`, `${FULLNAME}.${NAMESPACE}.svc.cluster.local`]) {
+          expect(serving.checkHost(name), name).toBe(name);
+        }
+        expect(webhook.clientConfig.caBundle).toBe(secret.data['ca.crt']);
+        expect(hook.metadata.annotations?.['cert-manager.io/inject-ca-from']).toBeUndefined();
+      });
+    } else {
+      it('has cert-manager issue the serving certificate into the mounted Secret and inject its CA', () => {
+        const serving = only(all, 'Certificate', `${FULLNAME}-serving`);
+        expect(serving.spec.secretName).toBe(`${FULLNAME}-tls`);
+        expect(serving.spec.dnsNames).toEqual([FULLNAME, `${FULLNAME}.${NAMESPACE}`, `${FULLNAME}.${NAMESPACE}.svc`, `${FULLNAME}.${NAMESPACE}.svc.cluster.local`]);
+        expect(hook.metadata.annotations).toEqual({ 'cert-manager.io/inject-ca-from': `${NAMESPACE}/${FULLNAME}-serving` });
+        expect(webhook.clientConfig.caBundle).toBeUndefined();
+        // Its issuer is the chart's CA Issuer, itself from a self-signed CA certificate.
+        const caIssuer = only(all, 'Issuer', serving.spec.issuerRef.name);
+        const ca = only(all, 'Certificate', `${FULLNAME}-ca`);
+        expect(caIssuer.spec.ca.secretName).toBe(ca.spec.secretName);
+        expect(ca.spec.isCA).toBe(true);
+        expect(only(all, 'Issuer', ca.spec.issuerRef.name).spec).toEqual({ selfSigned: {} });
+      });
+    }
+  });
+
+  it('uses an existing cert-manager issuer instead of its own CA', () => {
+    const all = template(which, ['certificates.certManager.enabled=true', 'certificates.certManager.issuerRef.name=corp-ca', 'certificates.certManager.issuerRef.kind=ClusterIssuer']);
+    expectValid(all);
+    expect(all.filter((o) => o.kind === 'Issuer')).toEqual([]);
+    expect(only(all, 'Certificate').spec.issuerRef).toEqual({ name: 'corp-ca', kind: 'ClusterIssuer', group: 'cert-manager.io' });
+  });
+
+  it('takes more excluded namespaces, a shorter timeout, an image digest and extra flags', () => {
+    const all = template(which, [
+      'webhook.excludeNamespaces={gpu-operator,kube-system}',
+      'webhook.timeoutSeconds=3',
+      'image.digest=sha256:' + 'a'.repeat(64),
+      'webhook.extraArgs={--registry-budget-ms=1500}',
+    ]);
+    expectValid(all);
+    const webhook = only(all, 'MutatingWebhookConfiguration').webhooks[0];
+    expect(webhook.timeoutSeconds).toBe(3);
+    expect(webhook.namespaceSelector.matchExpressions[1].values).toEqual(['kube-system', 'kube-node-lease', NAMESPACE, 'gpu-operator']);
+    const container = only(all, 'Deployment').spec.template.spec.containers[0];
+    expect(container.image).toBe(`ghcr.io/vram-preflight/vram-preflight-webhook@sha256:${'a'.repeat(64)}`);
+    expect(container.args.at(-1)).toBe('--registry-budget-ms=1500');
+  });
+
+  it('puts values.config into the ConfigMap as YAML, and refuses what the CLI would refuse', () => {
+    const all = template(which, [], ['--set-json', 'config={"timeoutSeconds":600,"images":[{"repository":"corp/vllm","entrypoint":["vllm","serve"]}]}']);
+    const file = only(all, 'ConfigMap').data['config.yaml'];
+    expect(parseYaml(file)).toEqual({ timeoutSeconds: 600, images: [{ repository: 'corp/vllm', entrypoint: ['vllm', 'serve'] }] });
+    expect(parseYaml(only(template(which), 'ConfigMap').data['config.yaml'])).toEqual({});
+    // The file as the webhook reads it: the same reader as the CLI's --config takes it.
+    const dir = mkdtempSync(path.join(tmpdir(), 'chart-config-'));
+    try {
+      writeFileSync(path.join(dir, 'config.yaml'), file);
+      const cli = spawnSync(process.execPath, [path.join(ROOT, 'dist/vram-preflight.cjs'), 'explain', '--config', path.join(dir, 'config.yaml')], { input: '', encoding: 'utf8' });
+      expect(cli.stderr).toBe('');
+      expect(cli.stdout).toContain('timeout 600s');
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+    for (const bad of ['config.timeoutSeconds=0', 'config.timeoutSecond=5', 'webhook.timeoutSeconds=10', 'webhook.namespaceMode=everything']) {
+      const r = helm(which, ['template', RELEASE, CHART, '--set', bad]);
+      expect(r.status, bad).not.toBe(0);
+      expect(r.stdout).toBe('');
+      expect(r.stderr).toMatch(/values don't meet the specifications of the schema|schema/);
+    }
+  });
+});
+
+describe('a generated certificate stays the same across upgrades', () => {
+  let api: ChildProcess | undefined;
+  let apiserver = '';
+  let dir = '';
+  let first: K8s[] = [];
+
+  beforeAll(async () => {
+    // The Secret of an earlier install, as the cluster holds it (with Helm's ownership metadata).
+    first = template('v3');
+    const secret = only(first, 'Secret');
+    secret.metadata.labels = { ...secret.metadata.labels, 'app.kubernetes.io/managed-by': 'Helm' };
+    secret.metadata.annotations = { 'meta.helm.sh/release-name': RELEASE, 'meta.helm.sh/release-namespace': NAMESPACE };
+    dir = mkdtempSync(path.join(tmpdir(), 'chart-api-'));
+    writeFileSync(path.join(dir, 'objects.json'), JSON.stringify({ [`/api/v1/namespaces/${NAMESPACE}/secrets/${FULLNAME}-tls`]: secret }));
+    api = spawn(process.execPath, [path.join(ROOT, 'test/e2e/fake-apiserver.mjs'), path.join(dir, 'objects.json')], { stdio: ['ignore', 'pipe', 'inherit'] });
+    const port = await new Promise<string>((resolve, reject) => {
+      let buf = '';
+      api!.stdout!.on('data', (d: Buffer) => {
+        buf += d.toString();
+        const m = /listening (\d+)/.exec(buf);
+        if (m) resolve(m[1]!);
+      });
+      api!.on('exit', (code) => reject(new Error(`fake API server exited ${code}`)));
+    });
+    apiserver = `http://127.0.0.1:${port}`;
+  });
+  afterAll(() => {
+    api?.kill('SIGTERM');
+    if (dir) rmSync(dir, { recursive: true, force: true });
+  });
+
+  it.each(Object.keys(HELMS) as Helm[])('helm %s install --dry-run=server reuses the Secret lookup finds', (which) => {
+    const r = helm(which, ['install', RELEASE, CHART, '--namespace', NAMESPACE, '--dry-run=server', '--disable-openapi-validation', '--kube-apiserver', apiserver]);
+    expect(r.stderr).toBe('');
+    expect(r.status).toBe(0);
+    const all = objects(r.stdout.slice(r.stdout.indexOf('\nMANIFEST:\n') + 11));
+    expect(only(all, 'Secret').data).toEqual(only(first, 'Secret').data);
+    expect(only(all, 'MutatingWebhookConfiguration').webhooks[0].clientConfig.caBundle).toBe(only(first, 'Secret').data['ca.crt']);
+  });
+
+  it('without a cluster (helm template), each render generates a new pair', () => {
+    expect(only(template('v4'), 'Secret').data['ca.crt']).not.toBe(only(first, 'Secret').data['ca.crt']);
+  });
+});
+
+const packageVersion = () => (JSON.parse(readFileSync(path.join(ROOT, 'package.json'), 'utf8')) as { version: string }).version;
+
+describe('the chart follows the release', () => {
+  it('version and appVersion are package.json version', () => {
+    const chart = parseYaml(readFileSync(path.join(CHART, 'Chart.yaml'), 'utf8')) as { version: string; appVersion: string };
+    expect(chart.version).toBe(packageVersion());
+    expect(chart.appVersion).toBe(packageVersion());
+  });
+  it('values.schema.json embeds the current configuration schema', () => {
+    const r = spawnSync(process.execPath, [path.join(ROOT, 'scripts/chart-schema.mjs'), '--check'], { encoding: 'utf8' });
+    expect(r.stderr).toBe('');
+    expect(r.status).toBe(0);
+  });
+});
