@@ -165,7 +165,7 @@ spec:
 `;
     const background = await runCli(['explain'], ray);
     expect(background.stdout).toMatch(/RayCluster\/ray\s+head\s+\S+\s+wrap/);
-    expect(background.stdout).toMatch(/RayCluster\/ray\s+worker\s+\S+\s+skip\s+.*its start runs bash, not vLLM/);
+    expect(background.stdout).toMatch(/RayCluster\/ray\s+worker\s+\S+\s+skip\s+.*a Ray node \(its start runs `ray start`\)/);
     expect(background.stdout).toContain('starts vLLM in the background');
   });
 

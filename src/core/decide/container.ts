@@ -8,7 +8,7 @@
  */
 import type { Options } from '../options.js';
 import { PreflightError, type DocumentRef, type ErrorDetails } from '../errors.js';
-import { ANNOTATION_CONTAINERS, ANNOTATION_SKIP, imageIsVllmFamily, isHuggingfaceServerImage, mentionsVllmFlag, nameSelected, otherEngine, runsHuggingfaceServer, runsOnCpu, shellRunsPreflight, startsVllmInBackground, vllmEvidence } from './detect.js';
+import { ANNOTATION_CONTAINERS, ANNOTATION_SKIP, imageIsVllmFamily, isHuggingfaceServerImage, mentionsVllmFlag, nameSelected, otherEngine, runsHuggingfaceServer, runsOnCpu, shellRunsPreflight, startsRayNode, startsVllmInBackground, vllmEvidence } from './detect.js';
 import { nvidiaGpuSignals, otherAccelerators, SIGNALS_CHECKED, type DeviceClaims, type GpuSignal } from '../tables/gpu.js';
 import { asBashWord, joinsAsOneCommand, kuberayStart, RAY_OVERWRITE_ANNOTATION, type RayStart } from './kuberay.js';
 import { parseImage, repositoryMatches } from '../tables/image-ref.js';
@@ -182,6 +182,8 @@ export function decideContainer(input: ContainerInput, base: Pick<ContainerRepor
         if (gpu.unknownClaims.length && (family || runsVllmAsWritten)) {
           report.warnings.push(`vLLM with DRA ${gpu.unknownClaims.join(', ')} defined outside this render: cannot tell whether it is an NVIDIA GPU, so it is not wrapped (name it in ${ANNOTATION_CONTAINERS} to wrap it)`);
           report.notes.push(`DRA claim unknown: ${gpu.unknownClaims.join(', ')}`);
+          // Unknown is not absent: say which claim could not be read, not "no NVIDIA GPU".
+          return `GPU unknown: its DRA ${gpu.unknownClaims.join(', ')} is not in this render (or, at admission, could not be read), so whether it is an NVIDIA GPU cannot be told`;
         }
         const others = otherAccelerators(container);
         if ((family || runsVllmAsWritten) && others.length) return `no NVIDIA GPU: it asks for ${others.join(', ')}, where there is no nvidia-smi to wait on`;
@@ -191,6 +193,9 @@ export function decideContainer(input: ContainerInput, base: Pick<ContainerRepor
       if (command.items !== null || wrapped || rayStart === 'joined') {
         // The start is written in the manifest: it alone decides.
         const evidence = vllmEvidence(written);
+        if (!evidence && startsRayNode(written)) {
+          return `a Ray node (its start runs \`ray start\`): vLLM runs here, if at all, in actors the Ray head schedules (Ray Serve, vLLM's Ray executor), not as this container's start (name it in ${ANNOTATION_CONTAINERS} to wait before it joins Ray)`;
+        }
         if (!evidence) return notVllmReason(written);
         report.reason = rayStart === 'joined' ? `${evidence} (KubeRay keeps it, joined into bash -lc before \`ray start\`)` : evidence;
       } else if (family) {

@@ -99,6 +99,23 @@ export function imageIsVllmFamily(image: string | undefined): boolean {
  * Why the argv (the container's whole start) runs vLLM, or undefined when it
  * does not.
  */
+/** A blocking `ray start` in a shell script: the script's foreground ends as a Ray node. */
+const BLOCKING_RAY_START_IN_SHELL_TEXT = /(^|[\s;&|(/])ray\s+start\s[^\n;&|]*--block(\s|$)/;
+
+/**
+ * A start that makes this container a Ray node (`ray start`, KubeRay's own
+ * or a script's `ray start … --block`): vLLM runs there, if at all, in actors
+ * the Ray head schedules (Ray Serve, vLLM's Ray executor), never as this
+ * container's start. (A script that starts Ray and then a server in the
+ * foreground is not one.)
+ */
+export function startsRayNode(argv: readonly string[]): boolean {
+  const start = withoutLaunchers(argv);
+  const program = basename(start[0] ?? '');
+  if (program === 'ray') return start[1] === 'start';
+  return SHELLS.has(program) && start.slice(1).some((item) => BLOCKING_RAY_START_IN_SHELL_TEXT.test(item));
+}
+
 export function vllmEvidence(argv: readonly string[]): string | undefined {
   if (argvStartsVllm(argv)) return 'its start runs vLLM';
   if (runsHuggingfaceServer(argv) && backendIsVllm(argv)) return 'KServe huggingfaceserver with --backend=vllm';
