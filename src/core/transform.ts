@@ -21,7 +21,7 @@ import type { RegistryAnswers, StartSources } from './decide/start.js';
 import { LineIndex, lineEnding, splitStream, type Chunk, type StreamText } from './yaml/stream.js';
 import { verifyEditedChunk, type IntendedStart } from './yaml/verify.js';
 import { KINDS_WITHOUT_CONTAINERS } from './tables/workloads.js';
-import { TARGET_WORDS } from './decide/target-words.js';
+import { mentionsAny, TARGET_WORDS } from './decide/target-words.js';
 import { parseDocuments } from './yaml/fast-parse.js';
 import { effectiveGet, findDuplicateKeys, resolveAlias, type ParsedDocument } from './yaml/nodes.js';
 
@@ -54,13 +54,14 @@ function candidateTest(options: Options): (text: string) => boolean {
   const all = [...TARGET_WORDS, ...KNOWN_IMAGES.map((i) => i.repository), ...options.images.map((i) => i.repository)].map((w) => w.toLowerCase());
   // A word that holds another one adds nothing to the test but time (every built-in repository names vllm, llm-d or huggingfaceserver).
   const words = [...new Set(all)].filter((w, _, list) => !list.some((other) => other !== w && w.includes(other)));
-  const mentions = new RegExp(words.map((w) => w.replace(/[\\^$.|?*+()[\]{}]/g, '\\$&')).join('|'), 'i');
+
   const containersKey = /containers['"]?\s*:/;
   // The regex only where the word is: a native search rules most documents out at once.
   const hasContainers = (text: string): boolean => text.includes('containers') && containersKey.test(text);
   // Operator resources (Dynamo, KubeAI), OpenShift templates and KServe's model predictors carry no `containers` key of their own, yet explain must name them.
   const operatorKind = new RegExp(`^kind:[ \\t]*['"]?(${KINDS_WITHOUT_CONTAINERS.join('|')})\\b`, 'm');
-  return (text) => (hasContainers(text) || text.includes('\\') || operatorKind.test(text)) && (mentions.test(text) || text.includes('\\'));
+  // The mention first: it rules most documents out with plain searches, before any regex runs.
+  return (text) => (text.includes('\\') || mentionsAny(text, words)) && (text.includes('\\') || hasContainers(text) || operatorKind.test(text));
 }
 
 /** DRA claims can be defined anywhere in the stream (Helm sorts unknown kinds last): read them first. */

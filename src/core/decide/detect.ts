@@ -17,9 +17,12 @@ const SHELLS = new Set(['sh', 'bash', 'dash', 'ash', 'zsh']);
 const LAUNCHERS = new Set(['nvidia_entrypoint.sh', 'tini', 'dumb-init', 'env']);
 /** vLLM's modules that serve a model in this process: the OpenAI server, the CLI, Dynamo's vLLM worker. */
 const VLLM_MODULES = new Set(['vllm.entrypoints.openai.api_server', 'dynamo.vllm']);
-const VLLM_IN_SHELL_TEXT = /(^|[\s;&|(/])vllm\s+serve(\s|$)|(^|\s)-m\s+(vllm\.entrypoints\.openai\.api_server|dynamo\.vllm)(\s|$)/;
+// Every match of these two holds `vllm` (case-sensitive): a plain search for it first spares
+// most shell scripts the regex and its `\s` (every Unicode space) on the render's hot path.
+// Exported for the test that checks the search never changes an answer.
+export const VLLM_IN_SHELL_TEXT = /(^|[\s;&|(/])vllm\s+serve(\s|$)|(^|\s)-m\s+(vllm\.entrypoints\.openai\.api_server|dynamo\.vllm)(\s|$)/;
 /** `vllm serve …&` (not `&&`) on one line: vLLM in the background of a shell script. */
-const VLLM_IN_BACKGROUND = /(^|[\s;&|(/])vllm\s+serve\b[^\n;&|]*&(?!&)|-m\s+vllm\.entrypoints\.openai\.api_server\b[^\n;&|]*&(?!&)/;
+export const VLLM_IN_BACKGROUND = /(^|[\s;&|(/])vllm\s+serve\b[^\n;&|]*&(?!&)|-m\s+vllm\.entrypoints\.openai\.api_server\b[^\n;&|]*&(?!&)/;
 
 function basename(path: string): string {
   return path.slice(path.lastIndexOf('/') + 1);
@@ -44,7 +47,7 @@ export function argvStartsVllm(argv: readonly string[]): boolean {
     const m = start.indexOf('-m');
     return m !== -1 && (VLLM_MODULES.has(start[m + 1] ?? '') || (start[m + 1] === 'vllm.entrypoints.cli.main' && start[m + 2] === 'serve'));
   }
-  if (SHELLS.has(program)) return start.slice(1).some((item) => VLLM_IN_SHELL_TEXT.test(item));
+  if (SHELLS.has(program)) return start.slice(1).some((item) => item.includes('vllm') && VLLM_IN_SHELL_TEXT.test(item));
   return false;
 }
 
@@ -61,7 +64,7 @@ export function shellRunsPreflight(argv: readonly string[], marker: string): boo
 /** A shell script that leaves vLLM running in the background: the wrap covers the container's start only. */
 export function startsVllmInBackground(argv: readonly string[]): boolean {
   const start = withoutLaunchers(argv);
-  return SHELLS.has(basename(start[0] ?? '')) && start.slice(1).some((item) => VLLM_IN_BACKGROUND.test(item));
+  return SHELLS.has(basename(start[0] ?? '')) && start.slice(1).some((item) => item.includes('vllm') && VLLM_IN_BACKGROUND.test(item));
 }
 
 /** KServe's huggingfaceserver image: its own start runs huggingfaceserver, which runs vLLM when told `--backend=vllm`. */

@@ -9,8 +9,20 @@
  */
 export const TARGET_WORDS: readonly string[] = ['vllm', 'vram-preflight', 'llm-d', 'huggingfaceserver'];
 
-// The words hold no character a regex reads specially.
-const MENTIONS = new RegExp(TARGET_WORDS.join('|'), 'i');
+/**
+ * Whether `text` holds one of `lowerWords` (lower case), ignoring case: a
+ * plain search of the lowered text instead of a case-insensitive regex (no
+ * regex to compile at start, no per-position alternation). Never false where
+ * `new RegExp(words.join('|'), 'i')` (escaped) is true: that regex folds
+ * only ASCII letters to ASCII, which lowering does too; lowering also folds
+ * the Kelvin sign to `k`, which only makes a document a candidate that the
+ * regex would not (a unit test compares both on generated text).
+ */
+export function mentionsAny(text: string, lowerWords: readonly string[]): boolean {
+  const lower = text.toLowerCase();
+  for (const word of lowerWords) if (lower.includes(word)) return true;
+  return false;
+}
 
 /**
  * A text that may hold something to rewrite: it mentions a target word
@@ -19,7 +31,7 @@ const MENTIONS = new RegExp(TARGET_WORDS.join('|'), 'i');
  * false for every document of the text (given no configured images).
  */
 export function mayHoldTarget(text: string): boolean {
-  return text.includes('\\') || MENTIONS.test(text);
+  return text.includes('\\') || mentionsAny(text, TARGET_WORDS);
 }
 
 /** The longest target word: a word cut by a piece boundary lies within this many characters less one on each side. */

@@ -1,0 +1,108 @@
+/**
+ * The render's hot path replaces regexes by plain string searches where that
+ * cannot change an answer (docs/benchmarks.md). These tests hold each search
+ * to the test it stands for, on generated text rich in the characters that
+ * could make them differ (both cases, Unicode spaces and case-folding
+ * oddities), and hold the launcher's pass-through to the application's
+ * answer on every fixture.
+ */
+import { readdirSync, readFileSync, existsSync } from 'node:fs';
+import { join } from 'node:path';
+import fc from 'fast-check';
+import { describe, expect, it } from 'vitest';
+import { DEFAULT_OPTIONS } from '../../src/config/sources.js';
+import { argvStartsVllm, startsVllmInBackground, VLLM_IN_BACKGROUND, VLLM_IN_SHELL_TEXT } from '../../src/core/decide/detect.js';
+import { mayHoldTarget, mentionsAny, TARGET_WORDS } from '../../src/core/decide/target-words.js';
+import { transform } from '../../src/core/transform.js';
+import { splitStream } from '../../src/core/yaml/stream.js';
+
+const SEED = 20261204;
+
+/** Text made of pieces of the words, in both cases, and characters that fold oddly (Kelvin sign, dotted I, long s). */
+function wordText(words: readonly string[]): fc.Arbitrary<string> {
+  const pieces = words.flatMap((w) => [w, w.toUpperCase(), w.slice(0, 2), w.slice(2), w.slice(1, -1)]);
+  const odd = ['\u212a', '\u0130', '\u017f', '\u0131', 'K', 'k', 'I', 'i', 'S', 's', '\\', ' ', '\n', 'x', '-', '.', '/'];
+  const letters = [...new Set(words.join('').split(''))].flatMap((c) => [c, c.toUpperCase()]);
+  return fc.array(fc.constantFrom(...pieces, ...odd, ...letters), { maxLength: 14 }).map((a) => a.join(''));
+}
+
+const regexFor = (words: readonly string[]): RegExp => new RegExp(words.map((w) => w.replace(/[\\^$.|?*+()[\]{}]/g, '\\$&')).join('|'), 'i');
+
+describe('mentions as a plain search of the lowered text', () => {
+  it('is true wherever the case-insensitive regex is, and equal to it for the target words (seeded)', () => {
+    const targets = regexFor(TARGET_WORDS);
+    fc.assert(
+      fc.property(wordText(TARGET_WORDS), (text) => {
+        expect(mentionsAny(text, TARGET_WORDS)).toBe(targets.test(text));
+      }),
+      { numRuns: 5000, seed: SEED },
+    );
+  });
+
+  it('never misses a configured word the regex finds, whatever its letters (seeded)', () => {
+    const configured = ['kserve/vllm-runtime', 'registry.example/SIKI/img', 'quay.io/a.b+c'].map((w) => w.toLowerCase());
+    const regex = regexFor(configured);
+    fc.assert(
+      fc.property(wordText(configured), (text) => {
+        if (regex.test(text)) expect(mentionsAny(text, configured)).toBe(true);
+      }),
+      { numRuns: 5000, seed: SEED },
+    );
+    // The one way they differ: lowering folds the Kelvin sign to k, the regex does not; a looser candidate only costs a parse.
+    expect(mentionsAny('\u212aserve/vllm-runtime', configured)).toBe(true);
+  });
+
+  it('mayHoldTarget: a backslash or a target word in any case', () => {
+    expect(mayHoldTarget('image: VLLM/vllm-openai')).toBe(true);
+    expect(mayHoldTarget('image: ghcr.io/LLM-D/x')).toBe(true);
+    expect(mayHoldTarget('name: "\\x76llm"')).toBe(true);
+    expect(mayHoldTarget('image: llama.cpp/server')).toBe(false);
+  });
+});
+
+describe('vLLM in shell text: the search for `vllm` before the regex changes no answer', () => {
+  const tokens = ['vllm', 'VLLM', 'vLLM', 'serve', 'serve&', '&', '&&', ' ', '\t', '\n', '\u00a0', '\u2003', '\u3000', '\ufeff', ';', '|', '(', '/', '-m', 'dynamo.vllm', 'vllm.entrypoints.openai.api_server', 'vllm.entrypoints', 'x', '"', 'llm', 'v'];
+  const shellText = fc.array(fc.constantFrom(...tokens), { maxLength: 12 }).map((a) => a.join(''));
+
+  it('argvStartsVllm and startsVllmInBackground answer as their regexes alone (seeded)', () => {
+    fc.assert(
+      fc.property(shellText, fc.constantFrom('sh', 'bash', '/bin/dash'), (text, shell) => {
+        expect(argvStartsVllm([shell, '-c', text])).toBe(VLLM_IN_SHELL_TEXT.test(text));
+        expect(startsVllmInBackground([shell, '-c', text])).toBe(VLLM_IN_BACKGROUND.test(text));
+      }),
+      { numRuns: 5000, seed: SEED },
+    );
+  });
+
+  it('still finds vLLM after a Unicode space', () => {
+    expect(argvStartsVllm(['sh', '-c', 'exec\u00a0vllm\u2003serve m'])).toBe(true);
+    expect(startsVllmInBackground(['bash', '-c', 'vllm serve m &\nwait'])).toBe(true);
+  });
+});
+
+describe('the launcher passes through only what the application would', () => {
+  const root = join(import.meta.dirname, '../../fixtures');
+  const inputs = [
+    ...readdirSync(join(root, 'cases'))
+      .map((c) => join(root, 'cases', c, 'input.yaml'))
+      .filter(existsSync),
+    ...readdirSync(join(root, 'real'))
+      .filter((f) => f.endsWith('.input.yaml'))
+      .map((f) => join(root, 'real', f)),
+  ];
+
+  it('finds the fixtures', () => expect(inputs.length).toBeGreaterThan(20));
+
+  // Whole fixtures, and each of their documents alone (most fixtures mention vLLM somewhere, few documents do).
+  it.each(inputs.map((f) => [f.slice(root.length + 1), f]))('%s', (_, file) => {
+    const text = readFileSync(file, 'utf8');
+    for (const piece of [text, ...splitStream(text).map((c) => c.text)]) {
+      if (mayHoldTarget(piece)) continue;
+      const result = transform(piece, { ...DEFAULT_OPTIONS });
+      expect(result.errors).toEqual([]);
+      expect(result.warnings).toEqual([]);
+      expect(result.containers).toEqual([]);
+      expect(result.output).toBe(piece);
+    }
+  });
+});
