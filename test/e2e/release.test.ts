@@ -187,12 +187,12 @@ describe('npm run release', () => {
     expect(ourSums!.trim()).toBe(`files:\n  ${ARCHIVE}: sha256:${sha256(path.join(out1, ARCHIVE))}`);
   });
 
-  it('the npm package (npm pack) holds the bundle, the Node.js check, plugin.yaml, the schema, README and docs', () => {
+  it('the npm package (npm pack) holds the bundle, the Node.js check, plugin.yaml, both schemas, CHANGELOG, README and docs', () => {
     const entries = tarEntries(path.join(out1, NPM_TGZ)).filter((e) => e.type === '0');
     const names = entries.map((e) => e.name.replace(/^package\//, '')).sort();
     const docs = readdirSync(path.join(ROOT, 'docs')).map((d) => `docs/${d}`);
     expect(names).toEqual(
-      ['README.md', 'bin/node-version-guard.cjs', 'dist/vram-preflight.app.js', 'dist/vram-preflight.cjs', 'package.json', 'plugin.yaml', 'src/config.schema.json', ...docs].sort(),
+      ['README.md', 'bin/node-version-guard.cjs', 'dist/vram-preflight.app.js', 'dist/vram-preflight.cjs', 'package.json', 'plugin.yaml', 'src/config.schema.json', 'src/report.schema.json', 'CHANGELOG.md', ...docs].sort(),
     );
     const pluginBundle = tarEntries(path.join(out1, ARCHIVE)).find((e) => e.name === 'vram-preflight/dist/vram-preflight.cjs')!;
     const npmBundle = entries.find((e) => e.name === 'package/dist/vram-preflight.cjs')!;
