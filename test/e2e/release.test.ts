@@ -161,6 +161,46 @@ describe('npm run release', () => {
     expect(JSON.parse(npmPkg.data.toString('utf8')).version).toBe(V);
   });
 
+  it('no other version of ours in README.md, docs/*.md or deploy/: every 0.x.y there is package.json\'s, or allow-listed with a reason', () => {
+    // Ours: a bare 0.x.y, or v0.x.y right after "vram-preflight-" (the Argo CD
+    // plugin name). Other v0.x.y are other projects' tags (vLLM, llm-d, ...).
+    const OURS = /(?<![\w.-])0\.\d+\.\d+(?!\w|\.\d)|(?<=vram-preflight-v)0\.\d+\.\d+(?!\w|\.\d)/g;
+    // [file, what the line contains, why it may name another version]
+    const ALLOWED: Array<[string, RegExp, string]> = [
+      ['README.md', /\(0\.2\.0:/, 'benchmark comparison with the previous release'],
+      ['docs/benchmarks.md', /0\.2\.0/, 'measurements compare with 0.2.0 as released'],
+      ['docs/gpu-results.md', /0\.2\.0/, 'dated records of GPU runs, comparing with 0.2.0'],
+      ['docs/argocd.md', /^version: 0\.1\.0$/, "a user's own chart version in an example Chart.yaml"],
+      ['docs/detection.md', /`0\.14\.1rc1` < `0\.14\.1` < `0\.14\.1\.1`/, "how vLLM's Python versions order"],
+      ['docs/webhook.md', /Prometheus text format 0\.0\.4/, "Prometheus' exposition format version"],
+      ['*', /\(since 0\.\d+\.\d+\)/, 'history: when something was introduced'],
+    ];
+    const files = [
+      'README.md',
+      ...readdirSync(path.join(ROOT, 'docs')).filter((f) => f.endsWith('.md')).map((f) => `docs/${f}`),
+      ...(readdirSync(path.join(ROOT, 'deploy'), { recursive: true }) as string[]).map((f) => `deploy/${f}`).filter((f) => statSync(path.join(ROOT, f)).isFile()),
+    ];
+    const stale: string[] = [];
+    let seen = 0;
+    for (const file of files) {
+      readFileSync(path.join(ROOT, file), 'utf8').split('\n').forEach((line, i) => {
+        for (const m of line.matchAll(OURS)) {
+          if (m[0] === V) {
+            seen++;
+            continue;
+          }
+          if (ALLOWED.some(([f, re]) => (f === '*' || f === file) && re.test(line))) continue;
+          stale.push(`${file}:${i + 1}: ${m[0]} (package.json says ${V}): ${line.trim()}`);
+        }
+      });
+    }
+    expect(stale).toEqual([]);
+    expect(seen, 'the check found the current version where the docs show it').toBeGreaterThan(20);
+    // The webhook chart is released with the same version.
+    const chart = parseYaml(readFileSync(path.join(ROOT, 'deploy/webhook/Chart.yaml'), 'utf8')) as { version: string; appVersion: string };
+    expect([chart.version, chart.appVersion]).toEqual([V, V]);
+  });
+
   it('the plugin archive is what `helm plugin package --sign` (real helm 4) makes of the same directory: name, entries, gzip header, .prov metadata', () => {
     const work = tempDir('helm-package');
     runOk('tar', ['-xzf', path.join(out1, ARCHIVE), '-C', work]);
