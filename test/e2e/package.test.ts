@@ -107,6 +107,15 @@ describe('packaged plugin', () => {
     expect(entries.find((e) => e.name === 'vram-preflight/dist/vram-preflight.app.js')!.mode).toBe(0o644);
   });
 
+  it('keeps the name <name>-<version>.tgz although `npm pack` writes the same name: Helm 4 looks inside for the directory the file name gives, so a plugin archive named otherwise does not install', () => {
+    const renamed = path.join(tempDir('renamed'), `vram-preflight-plugin-${PACKAGE_VERSION}.tgz`);
+    copyFileSync(art.pluginTgz, renamed);
+    const r = helm(4, ['plugin', 'install', renamed, '--verify=false'], helmEnv());
+    expect(r.status).not.toBe(0);
+    expect(r.stderr).toContain('plugin.yaml not found in expected directory');
+    expect(r.stderr).toContain('vram-preflight-plugin');
+  });
+
   it('is reproducible: packaging again gives the same bytes', () => {
     const again = buildArtifacts();
     expect(readFileSync(again.pluginTgz).equals(readFileSync(art.pluginTgz))).toBe(true);

@@ -201,6 +201,38 @@ describe('npm run release', () => {
     expect([chart.version, chart.appVersion]).toEqual([V, V]);
   });
 
+  it("docs/install.md's signing-key recipe, run as written: the key it makes signs a release that Helm 4 installs with the keyring it exports", () => {
+    const doc = readFileSync(path.join(ROOT, 'docs/install.md'), 'utf8');
+    const section = doc.slice(doc.indexOf('### A signing key'), doc.indexOf('### The release'));
+    const blocks = [...section.matchAll(/```sh\n([\s\S]*?)```/g)].map((m) => m[1]!);
+    expect(blocks).toHaveLength(2);
+    const work = tempDir('key-recipe');
+    const home = tempDir('key-recipe-gnupg');
+    chmodSync(home, 0o700);
+    const out = path.join(work, 'out');
+    const env = { ...helmEnv(), GNUPGHOME: home };
+    // The second block as it runs here: the release script itself (npm run
+    // release is that script), into a temp dir, from a checkout that may have
+    // uncommitted work; the helm of the tests.
+    const releaseBlock = blocks[1]!
+      .replace('npm run release -- ', `${JSON.stringify(process.execPath)} ${JSON.stringify(path.join(ROOT, 'scripts/release.mjs'))} --allow-dirty --out ${JSON.stringify(out)} `)
+      .replace('dist/release/vram-preflight-<v>.tgz', path.join(out, ARCHIVE))
+      .replace(/^helm /m, `${JSON.stringify(HELM[4])} `);
+    try {
+      const r = run('bash', ['-euo', 'pipefail', '-c', `${blocks[0]}\n${releaseBlock}`], { cwd: work, env });
+      expect(r.status, r.stderr).toBe(0);
+      expect(r.stdout).toContain('Installed plugin: vram-preflight');
+      const fpr = r.stdout.split('\n').find((l) => /^[0-9A-F]{40}$/.test(l))!;
+      expect(fpr, r.stdout).toBeDefined();
+      // The key exported by the recipe is the key the release exported, and it is Ed25519 (algorithm 22).
+      expect(readFileSync(path.join(work, KEY_FILE)).equals(readFileSync(path.join(out, KEY_FILE)))).toBe(true);
+      expect(runOk('gpg', ['--batch', '--homedir', home, '--with-colons', '--list-keys', fpr])).toMatch(/^pub:[^:]*:255:22:/m);
+      expect(helmOk(4, ['plugin', 'list'], env)).toMatch(new RegExp(`^vram-preflight\\s+${V.replace(/\./g, '\\.')}\\s+postrenderer/v1\\s+v1\\s+signed`, 'm'));
+    } finally {
+      spawnSync('gpgconf', ['--homedir', home, '--kill', 'gpg-agent']);
+    }
+  });
+
   it('the plugin archive is what `helm plugin package --sign` (real helm 4) makes of the same directory: name, entries, gzip header, .prov metadata', () => {
     const work = tempDir('helm-package');
     runOk('tar', ['-xzf', path.join(out1, ARCHIVE), '-C', work]);
