@@ -109,7 +109,6 @@ describe('explain escapes text from the input', () => {
     const name = String.raw`"vllm\e[2J\nforged"`;
     const run = await runCli(['explain'], deployment('        a: b', VLLM.replace('name: vllm', `name: ${name}`)));
     expect(run.code).toBe(0);
-    // eslint-disable-next-line no-control-regex
     expect(run.stdout).not.toMatch(/[\u0000-\u0009\u000b-\u001f\u007f-\u009f]/);
     expect(run.stdout).not.toMatch(/^forged/m);
     const row = run.stdout.split('\n').find((line) => line.startsWith('Deployment/m'));
