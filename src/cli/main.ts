@@ -237,13 +237,17 @@ function writeReportFile(io: CliIO, options: Options, result: TransformResult): 
   try {
     io.writeFile(options.reportFile, renderReport(result, options));
   } catch (error) {
-    throw new PreflightError('IO', `cannot write the report file ${options.reportFile}: ${(error as NodeJS.ErrnoException).code ?? (error as Error).message}`);
+    throw new PreflightError('IO', `cannot write the report file ${options.reportFile}: ${(error as NodeJS.ErrnoException).code ?? (error as Error).message}`, {
+      fix: 'check --report-file: its directory must exist and be writable',
+    });
   }
 }
 
 /** `vram-preflight resolve IMAGE...`: config entries that pin what the registries say, for air-gapped CI. */
 async function resolveImages(images: readonly string[], options: Options, io: CliIO, diagnosticsFile: string | undefined): Promise<number> {
-  if (!io.lookupImageStarts) throw new PreflightError('IO', 'registry lookups are not available in this build');
+  if (!io.lookupImageStarts) throw new PreflightError('IO', 'registry lookups are not available in this build', {
+    fix: 'run resolve with the vram-preflight of the npm package or the Helm plugin, which can look images up',
+  });
   const answers = await io.lookupImageStarts(images, registryOptions(options, io.env));
   const failures = [...answers.values()].filter((a): a is LookupFailure => 'error' in a);
   const found = [...answers.values()].filter((a): a is ImageStartAnswer => !('error' in a));

@@ -28,7 +28,9 @@ export function resolveOptions(args: OptionSources, io: OptionReader): Options {
     try {
       text = io.readFile(configPath);
     } catch (error) {
-      throw new PreflightError('BAD_CONFIG', `cannot read config file ${configPath}: ${(error as NodeJS.ErrnoException).code ?? (error as Error).message}`);
+      throw new PreflightError('BAD_CONFIG', `cannot read config file ${configPath}: ${(error as NodeJS.ErrnoException).code ?? (error as Error).message}`, {
+        fix: 'check the path given by --config (or VRAM_PREFLIGHT_CONFIG) and that the file is readable',
+      });
     }
     fromFile = optionsFromFile(text, configPath);
   }

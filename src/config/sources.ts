@@ -96,7 +96,9 @@ export function optionsFromFile(text: string, path: string): PartialOptions {
   try {
     value = parseYaml(text, { prettyErrors: true });
   } catch (error) {
-    throw new PreflightError('BAD_CONFIG', `config file ${path} is not valid YAML: ${(error as Error).message.split('\n')[0]}`);
+    throw new PreflightError('BAD_CONFIG', `config file ${path} is not valid YAML: ${(error as Error).message.split('\n')[0]}`, {
+      fix: 'correct the YAML of the config file; docs/configuration.md shows its form',
+    });
   }
   if (value === null || value === undefined) return {};
   if (typeof value !== 'object' || Array.isArray(value)) {

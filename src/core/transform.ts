@@ -211,7 +211,11 @@ export function transform(stream: StreamText, options: Options, input: Transform
         value = doc.toJS();
       } catch (error) {
         // toJS refuses alias bombs and the like: a YAML problem of this document.
-        result.errors.push(new PreflightError('YAML_SYNTAX', (error as Error).message, { document: refFromText(lines, chunk, index + i, i === 0 ? previous : undefined), position: lines.position(chunk.offset + (doc.range?.[0] ?? 0)) }));
+        const message = (error as Error).message;
+        const fix = message.startsWith('Unresolved alias')
+          ? 'set the anchor (&name) before the alias (*name) that uses it, in the same document (anchors do not reach across documents), or write the value out'
+          : 'fix the chart template that renders this document (write the values out instead of through aliases)';
+        result.errors.push(new PreflightError('YAML_SYNTAX', message, { document: refFromText(lines, chunk, index + i, i === 0 ? previous : undefined), position: lines.position(chunk.offset + (doc.range?.[0] ?? 0)), fix }));
         broken = true;
         break;
       }

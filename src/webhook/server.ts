@@ -202,7 +202,9 @@ export async function startWebhook(settings: WebhookSettings): Promise<Webhook> 
   try {
     pair = loadPair(settings.certFile, settings.keyFile);
   } catch (error) {
-    throw new PreflightError('IO', `cannot load the TLS certificate ${settings.certFile} and key ${settings.keyFile}: ${(error as NodeJS.ErrnoException).code ?? (error as Error).message}`);
+    throw new PreflightError('IO', `cannot load the TLS certificate ${settings.certFile} and key ${settings.keyFile}: ${(error as NodeJS.ErrnoException).code ?? (error as Error).message}`, {
+      fix: 'check --tls-cert-file and --tls-key-file: both files must exist, be readable, and hold a PEM certificate and its key',
+    });
   }
   metrics.reloads.inc({ what: 'certificate', result: 'ok' });
 

@@ -108,10 +108,16 @@ function readControls(annotations: Plain, context: ErrorDetails): Controls {
     throw new PreflightError('BAD_ANNOTATION', `annotation ${ANNOTATION_SKIP} is "${String(skip)}"`, { ...context, fix: 'use "true" or "false"' });
   }
   if (forced !== undefined && typeof forced !== 'string') {
-    throw new PreflightError('BAD_ANNOTATION', `annotation ${ANNOTATION_CONTAINERS} must be a comma-separated string of container names`, context);
+    throw new PreflightError('BAD_ANNOTATION', `annotation ${ANNOTATION_CONTAINERS} must be a comma-separated string of container names`, {
+      ...context,
+      fix: `write it as one quoted string, e.g. ${ANNOTATION_CONTAINERS}: "vllm,sidecar"`,
+    });
   }
   if (utilization !== undefined && typeof utilization !== 'string') {
-    throw new PreflightError('BAD_ANNOTATION', `annotation ${ANNOTATION_UTILIZATION} must be a quoted string such as "0.9"`, context);
+    throw new PreflightError('BAD_ANNOTATION', `annotation ${ANNOTATION_UTILIZATION} must be a quoted string such as "0.9"`, {
+      ...context,
+      fix: `quote the value: ${ANNOTATION_UTILIZATION}: "0.9" (Kubernetes annotations are strings)`,
+    });
   }
   return { skip: skip as string | undefined, forced: forced as string | undefined, utilization: utilization as string | undefined };
 }

@@ -233,7 +233,7 @@ export function resolveStart(container: StartInput, sources: StartSources, conte
     return { start: [...command, ...(args ?? [])], origin: args ? 'command + args' : 'command', evidence: { source: 'command', detail: args ? 'command + args' : 'command' }, wrappedBefore: false, warnings: [] };
   }
   if (image === undefined || image.trim() === '') {
-    throw new PreflightError('BAD_CONTAINER', 'the container has no image and no command', context);
+    throw new PreflightError('BAD_CONTAINER', 'the container has no image and no command', { ...context, fix: 'give the container an image (Kubernetes requires one)' });
   }
   const reference = parseImage(image);
   const attempts: Attempts = {};

@@ -1,9 +1,11 @@
 /**
  * `vram-preflight explain`: what the transform would do to each container and
- * why, as a table a person reads before trusting a post-renderer.
+ * why, as a table a person reads before trusting a post-renderer. Text from
+ * the input (names, images, reasons that quote it) is escaped as in error
+ * messages (escapeControl): one line per row, nothing a terminal obeys.
  */
 import type { Options } from '../options.js';
-import { describeDocument } from '../errors.js';
+import { describeDocument, escapeControl } from '../errors.js';
 import type { TransformResult } from '../transform.js';
 
 function table(rows: string[][]): string {
@@ -21,7 +23,7 @@ export function renderExplanation(result: TransformResult, options: Options): st
     c.utilization ? `${c.utilization.value ?? 'at run time'} (${c.utilization.source})` : '-',
     c.gpus.length ? c.gpus.join(',') : '-',
     c.reason,
-  ]);
+  ].map(escapeControl));
   const lines: string[] = [];
   lines.push(rows.length ? table([header, ...rows]) : 'No workload containers found in documents that mention vLLM (the others are passed through unread).');
   const wrapped = result.containers.filter((c) => c.action === 'wrap' || c.action === 'rewrap' || c.action === 'unchanged');
@@ -31,22 +33,22 @@ export function renderExplanation(result: TransformResult, options: Options): st
   );
   for (const c of wrapped) {
     const budget = c.probeBudgetSeconds === undefined ? 'no startup or liveness probe' : `probe budget ${c.probeBudgetSeconds}s`;
-    lines.push(`  ${c.workload} ${c.container}: start from ${c.startOrigin}; utilization from ${c.utilization?.origin}; GPU signal: ${c.gpus.join(', ') || 'none'}; ${budget}.`);
-    if (c.startEvidence && c.startEvidence.source !== 'command' && c.startEvidence.source !== 'wrapped') lines.push(`    evidence: ${c.startEvidence.detail}`);
+    lines.push(escapeControl(`  ${c.workload} ${c.container}: start from ${c.startOrigin}; utilization from ${c.utilization?.origin}; GPU signal: ${c.gpus.join(', ') || 'none'}; ${budget}.`));
+    if (c.startEvidence && c.startEvidence.source !== 'command' && c.startEvidence.source !== 'wrapped') lines.push(escapeControl(`    evidence: ${c.startEvidence.detail}`));
   }
   const notes = result.containers.filter((c) => c.notes.length);
   if (notes.length) {
-    lines.push('', 'Notes:', ...notes.flatMap((c) => c.notes.map((n) => `  - ${c.workload} ${c.container}: ${n}`)));
+    lines.push('', 'Notes:', ...notes.flatMap((c) => c.notes.map((n) => escapeControl(`  - ${c.workload} ${c.container}: ${n}`))));
   }
   if (result.warnings.length) {
-    lines.push('', 'Warnings:', ...result.warnings.map((w) => `  - ${w}`));
+    lines.push('', 'Warnings:', ...result.warnings.map((w) => escapeControl(`  - ${w}`)));
   }
   if (result.errors.length) {
     lines.push('', 'Errors (the post-renderer would fail):', ...result.errors.map((e) => `  - ${e.format().replace(/\n/g, '\n    ')}`));
   }
   const docs = new Map(result.containers.map((c) => [c.document.index, c.document]));
   if (docs.size) {
-    lines.push('', 'Documents:', ...[...docs.values()].map((d) => `  ${describeDocument(d)}`));
+    lines.push('', 'Documents:', ...[...docs.values()].map((d) => escapeControl(`  ${describeDocument(d)}`)));
   }
   return `${lines.join('\n')}\n`;
 }

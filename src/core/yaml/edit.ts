@@ -188,6 +188,22 @@ export function readArgv(container: YAMLMap, key: 'command' | 'args', doc: Parse
   const items = node.items.map((raw, i) => {
     const item = resolveAlias(raw, doc);
     if (isScalar(item)) {
+      // go-yaml (Helm, kubectl, the API server) decodes !!binary and reads !!int, !!float… as what they
+      // name, not as the text we hold: only !!str (or no tag) is the string a reader of the text sees.
+      if (item.tag && item.tag !== STRING_TAG) {
+        throw new PreflightError('BAD_CONTAINER', `${key}[${i}] of the container is tagged ${shortTag(item.tag)}, so it is not the string written there`, {
+          ...context,
+          fix: `drop the tag and write ${key}[${i}] as a quoted string`,
+        });
+      }
+      // In a flow sequence go-yaml and libyaml read `?x` as an explicit key (the mapping {x: null});
+      // yaml 1.2 and our reader read the string "?x". Helm's reading is the one that runs.
+      if (item.type === 'PLAIN' && item.range && text[item.range[0]] === '?' && (node.flow || raw !== item)) {
+        throw new PreflightError('BAD_CONTAINER', `${key}[${i}] of the container is not a string: in a flow sequence go-yaml (Helm, kubectl) reads ${quoteText(text.slice(item.range[0], item.range[1]))} as a mapping (? starts an explicit key)`, {
+          ...context,
+          fix: `quote ${key}[${i}]`,
+        });
+      }
       if (typeof item.value === 'string') return item.value;
       // Kubernetes reads a plain 8080 or 0.9 in a string list as its text.
       if (item.type === 'PLAIN' && item.value !== null && item.range) return text.slice(item.range[0], item.range[1]);
@@ -195,4 +211,15 @@ export function readArgv(container: YAMLMap, key: 'command' | 'args', doc: Parse
     throw new PreflightError('BAD_CONTAINER', `${key}[${i}] of the container is not a string`, { ...context, fix: `quote ${key}[${i}]` });
   });
   return items.length === 0 ? { items: null } : { items, anchors };
+}
+
+const STRING_TAG = 'tag:yaml.org,2002:str';
+
+/** `!!binary` for yaml.org's own tags, the tag as written otherwise. */
+function shortTag(tag: string): string {
+  return tag.startsWith('tag:yaml.org,2002:') ? `!!${tag.slice('tag:yaml.org,2002:'.length)}` : tag;
+}
+
+function quoteText(text: string): string {
+  return `"${text}"`;
 }
