@@ -10,6 +10,7 @@
 //                                     `vram-preflight webhook` only, 0644; the same
 //                                     relative paths as in the npm package and in a
 //                                     built checkout, so one plugin.yaml serves all)
+//     src/report.schema.json         (the schema of `explain --output json`)
 //     README.md, LICENSE (when the repository has one)
 //
 // and archives it as <dist>/vram-preflight-<version>.tgz, laid out the way
@@ -51,7 +52,9 @@ export const PLUGIN_NAME = 'vram-preflight';
 export const DIST_FILES = ['vram-preflight.cjs', 'vram-preflight.app.js', 'vram-preflight.webhook.cjs'];
 
 /** Repository files the plugin carries as they are (besides dist/ and the generated README). */
-export const PLUGIN_REPO_FILES = ['plugin.yaml', 'bin/node-version-guard.cjs'];
+// src/report.schema.json: the schema of `explain --output json`, at the same
+// relative path as in the npm package, for whoever consumes the report.
+export const PLUGIN_REPO_FILES = ['plugin.yaml', 'bin/node-version-guard.cjs', 'src/report.schema.json'];
 
 // Strict semver 2.0.0 (Helm 4.1.4 checks plugin versions with Masterminds' StrictNewVersion).
 const SEMVER =

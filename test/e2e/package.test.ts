@@ -135,8 +135,21 @@ describe('packaged plugin', () => {
       expect.arrayContaining(['vram-preflight/plugin.yaml', 'vram-preflight/bin/node-version-guard.cjs', 'vram-preflight/dist/vram-preflight.cjs', 'vram-preflight/dist/vram-preflight.app.js', 'vram-preflight/dist/vram-preflight.webhook.cjs']),
     );
     expect(entries.find((e) => e.name === 'vram-preflight/dist/vram-preflight.webhook.cjs')!.mode).toBe(0o644);
+    // The `explain --output json` schema ships with the plugin, byte for byte.
+    const schema = entries.find((e) => e.name === 'vram-preflight/src/report.schema.json');
+    expect(schema, 'the report schema is in the plugin archive').toBeDefined();
+    expect(schema!.data.equals(readFileSync(path.join(ROOT, 'src/report.schema.json')))).toBe(true);
     expect(entries.find((e) => e.name === 'vram-preflight/dist/vram-preflight.cjs')!.mode).toBe(0o755);
     expect(entries.find((e) => e.name === 'vram-preflight/dist/vram-preflight.app.js')!.mode).toBe(0o644);
+  });
+
+  it('keeps the name <name>-<version>.tgz although `npm pack` writes the same name: Helm 4 looks inside for the directory the file name gives, so a plugin archive named otherwise does not install', () => {
+    const renamed = path.join(tempDir('renamed'), `vram-preflight-plugin-${PACKAGE_VERSION}.tgz`);
+    copyFileSync(art.pluginTgz, renamed);
+    const r = helm(4, ['plugin', 'install', renamed, '--verify=false'], helmEnv());
+    expect(r.status).not.toBe(0);
+    expect(r.stderr).toContain('plugin.yaml not found in expected directory');
+    expect(r.stderr).toContain('vram-preflight-plugin');
   });
 
   it('is reproducible: packaging again gives the same bytes', () => {
@@ -173,6 +186,29 @@ describe('packaged plugin', () => {
     helmOk(4, ['plugin', 'install', installed], env);
     const out = helmOk(4, ['template', 'r', path.join(ROOT, 'test/charts/inference-zoo'), '--post-renderer', 'vram-preflight', '--show-only', 'templates/vllm-args.yaml'], env);
     expect(out).toContain(`# vram-preflight ${PACKAGE_VERSION}`);
+  });
+
+  it('the packed npm tarball installs offline into an empty prefix with an empty cache (the bundle needs no dependencies) and runs', () => {
+    const packDir = tempDir('npm-pack');
+    const packed = run('npm', ['pack', '--silent', '--pack-destination', packDir], { cwd: ROOT, env: { ...process.env } });
+    expect(packed.status, packed.stderr).toBe(0);
+    const tgz = path.join(packDir, `vram-preflight-${PACKAGE_VERSION}.tgz`);
+    expect(statSync(tgz).isFile()).toBe(true);
+    const prefix = tempDir('npm-prefix');
+    const cache = tempDir('npm-cache');
+    // --offline with an empty cache: any registry dependency would fail with ENOTCACHED.
+    const env = { ...process.env, npm_config_cache: cache, npm_config_userconfig: path.join(cache, 'npmrc') };
+    const installed = run('npm', ['install', '--offline', '--no-audit', '--no-fund', '--prefix', prefix, tgz], { cwd: prefix, env });
+    expect(installed.status, installed.stderr).toBe(0);
+    const bin = path.join(prefix, 'node_modules/.bin/vram-preflight');
+    const version = run(bin, ['--version'], { cwd: prefix });
+    expect(version.status, version.stderr).toBe(0);
+    expect(version.stdout.trim()).toBe(PACKAGE_VERSION);
+    const out = run(bin, [], { cwd: prefix, input: readFileSync(path.join(ROOT, 'fixtures/real/vllm.input.yaml'), 'utf8') });
+    expect(out.status, out.stderr).toBe(0);
+    expect(out.stdout).toContain(`# vram-preflight ${PACKAGE_VERSION}`);
+    // Nothing but the package itself was installed.
+    expect(readdirSync(path.join(prefix, 'node_modules')).filter((n) => !n.startsWith('.'))).toEqual(['vram-preflight']);
   });
 
   it('Helm 4 installs into $HELM_DATA_HOME/plugins even when HELM_PLUGINS points elsewhere (keep the two helms apart by HELM_DATA_HOME)', () => {

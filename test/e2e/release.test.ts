@@ -161,6 +161,78 @@ describe('npm run release', () => {
     expect(JSON.parse(npmPkg.data.toString('utf8')).version).toBe(V);
   });
 
+  it('no other version of ours in README.md, docs/*.md or deploy/: every 0.x.y there is package.json\'s, or allow-listed with a reason', () => {
+    // Ours: a bare 0.x.y, or v0.x.y right after "vram-preflight-" (the Argo CD
+    // plugin name). Other v0.x.y are other projects' tags (vLLM, llm-d, ...).
+    const OURS = /(?<![\w.-])0\.\d+\.\d+(?!\w|\.\d)|(?<=vram-preflight-v)0\.\d+\.\d+(?!\w|\.\d)/g;
+    // [file, what the line contains, why it may name another version]
+    const ALLOWED: Array<[string, RegExp, string]> = [
+      ['README.md', /\(0\.2\.0:/, 'benchmark comparison with the previous release'],
+      ['docs/benchmarks.md', /0\.2\.0/, 'measurements compare with 0.2.0 as released'],
+      ['docs/gpu-results.md', /0\.2\.0/, 'dated records of GPU runs, comparing with 0.2.0'],
+      ['docs/argocd.md', /^version: 0\.1\.0$/, "a user's own chart version in an example Chart.yaml"],
+      ['docs/detection.md', /`0\.14\.1rc1` < `0\.14\.1` < `0\.14\.1\.1`/, "how vLLM's Python versions order"],
+      ['docs/webhook.md', /Prometheus text format 0\.0\.4/, "Prometheus' exposition format version"],
+      ['*', /\(since 0\.\d+\.\d+\)/, 'history: when something was introduced'],
+    ];
+    const files = [
+      'README.md',
+      ...readdirSync(path.join(ROOT, 'docs')).filter((f) => f.endsWith('.md')).map((f) => `docs/${f}`),
+      ...(readdirSync(path.join(ROOT, 'deploy'), { recursive: true }) as string[]).map((f) => `deploy/${f}`).filter((f) => statSync(path.join(ROOT, f)).isFile()),
+    ];
+    const stale: string[] = [];
+    let seen = 0;
+    for (const file of files) {
+      readFileSync(path.join(ROOT, file), 'utf8').split('\n').forEach((line, i) => {
+        for (const m of line.matchAll(OURS)) {
+          if (m[0] === V) {
+            seen++;
+            continue;
+          }
+          if (ALLOWED.some(([f, re]) => (f === '*' || f === file) && re.test(line))) continue;
+          stale.push(`${file}:${i + 1}: ${m[0]} (package.json says ${V}): ${line.trim()}`);
+        }
+      });
+    }
+    expect(stale).toEqual([]);
+    expect(seen, 'the check found the current version where the docs show it').toBeGreaterThan(20);
+    // The webhook chart is released with the same version.
+    const chart = parseYaml(readFileSync(path.join(ROOT, 'deploy/webhook/Chart.yaml'), 'utf8')) as { version: string; appVersion: string };
+    expect([chart.version, chart.appVersion]).toEqual([V, V]);
+  });
+
+  it("docs/install.md's signing-key recipe, run as written: the key it makes signs a release that Helm 4 installs with the keyring it exports", () => {
+    const doc = readFileSync(path.join(ROOT, 'docs/install.md'), 'utf8');
+    const section = doc.slice(doc.indexOf('### A signing key'), doc.indexOf('### The release'));
+    const blocks = [...section.matchAll(/```sh\n([\s\S]*?)```/g)].map((m) => m[1]!);
+    expect(blocks).toHaveLength(2);
+    const work = tempDir('key-recipe');
+    const home = tempDir('key-recipe-gnupg');
+    chmodSync(home, 0o700);
+    const out = path.join(work, 'out');
+    const env = { ...helmEnv(), GNUPGHOME: home };
+    // The second block as it runs here: the release script itself (npm run
+    // release is that script), into a temp dir, from a checkout that may have
+    // uncommitted work; the helm of the tests.
+    const releaseBlock = blocks[1]!
+      .replace('npm run release -- ', `${JSON.stringify(process.execPath)} ${JSON.stringify(path.join(ROOT, 'scripts/release.mjs'))} --allow-dirty --out ${JSON.stringify(out)} `)
+      .replace('dist/release/vram-preflight-<v>.tgz', path.join(out, ARCHIVE))
+      .replace(/^helm /m, `${JSON.stringify(HELM[4])} `);
+    try {
+      const r = run('bash', ['-euo', 'pipefail', '-c', `${blocks[0]}\n${releaseBlock}`], { cwd: work, env });
+      expect(r.status, r.stderr).toBe(0);
+      expect(r.stdout).toContain('Installed plugin: vram-preflight');
+      const fpr = r.stdout.split('\n').find((l) => /^[0-9A-F]{40}$/.test(l))!;
+      expect(fpr, r.stdout).toBeDefined();
+      // The key exported by the recipe is the key the release exported, and it is Ed25519 (algorithm 22).
+      expect(readFileSync(path.join(work, KEY_FILE)).equals(readFileSync(path.join(out, KEY_FILE)))).toBe(true);
+      expect(runOk('gpg', ['--batch', '--homedir', home, '--with-colons', '--list-keys', fpr])).toMatch(/^pub:[^:]*:255:22:/m);
+      expect(helmOk(4, ['plugin', 'list'], env)).toMatch(new RegExp(`^vram-preflight\\s+${V.replace(/\./g, '\\.')}\\s+postrenderer/v1\\s+v1\\s+signed`, 'm'));
+    } finally {
+      spawnSync('gpgconf', ['--homedir', home, '--kill', 'gpg-agent']);
+    }
+  });
+
   it('the plugin archive is what `helm plugin package --sign` (real helm 4) makes of the same directory: name, entries, gzip header, .prov metadata', () => {
     const work = tempDir('helm-package');
     runOk('tar', ['-xzf', path.join(out1, ARCHIVE), '-C', work]);
@@ -187,12 +259,12 @@ describe('npm run release', () => {
     expect(ourSums!.trim()).toBe(`files:\n  ${ARCHIVE}: sha256:${sha256(path.join(out1, ARCHIVE))}`);
   });
 
-  it('the npm package (npm pack) holds the bundle, the Node.js check, plugin.yaml, the schema, README and docs', () => {
+  it('the npm package (npm pack) holds the bundle, the Node.js check, plugin.yaml, both schemas, CHANGELOG, README and docs', () => {
     const entries = tarEntries(path.join(out1, NPM_TGZ)).filter((e) => e.type === '0');
     const names = entries.map((e) => e.name.replace(/^package\//, '')).sort();
     const docs = readdirSync(path.join(ROOT, 'docs')).map((d) => `docs/${d}`);
     expect(names).toEqual(
-      ['README.md', 'bin/node-version-guard.cjs', 'dist/vram-preflight.app.js', 'dist/vram-preflight.cjs', 'dist/vram-preflight.webhook.cjs', 'package.json', 'plugin.yaml', 'src/config.schema.json', ...docs].sort(),
+      ['README.md', 'bin/node-version-guard.cjs', 'dist/vram-preflight.app.js', 'dist/vram-preflight.cjs', 'dist/vram-preflight.webhook.cjs', 'package.json', 'plugin.yaml', 'src/config.schema.json', 'src/report.schema.json', 'CHANGELOG.md', ...docs].sort(),
     );
     const pluginBundle = tarEntries(path.join(out1, ARCHIVE)).find((e) => e.name === 'vram-preflight/dist/vram-preflight.cjs')!;
     const npmBundle = entries.find((e) => e.name === 'package/dist/vram-preflight.cjs')!;
