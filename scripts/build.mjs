@@ -1,20 +1,28 @@
 #!/usr/bin/env node
-// Bundles src/cli/bin.ts (and everything it imports: yaml, src/*.json) into two
+// Bundles src/cli/bin.ts (and everything it imports: yaml, src/*.json) into
 // self-contained files that run with plain `node` and need no node_modules:
 //
-//   dist/vram-preflight.cjs      the launcher (src/cli/launcher.ts): the file to run
-//                                (package.json "bin", plugin.yaml, the Argo CD image)
-//   dist/vram-preflight.app.js   the application, which the launcher reads and
-//                                compiles with a V8 code cache kept next to it
-//                                (see src/cli/launcher.ts); never run by itself
+//   dist/vram-preflight.cjs         the launcher (src/cli/launcher.ts): the file to run
+//                                   (package.json "bin", plugin.yaml, the Argo CD image)
+//   dist/vram-preflight.app.js      the application, which the launcher reads and
+//                                   compiles with a V8 code cache kept next to it
+//                                   (see src/cli/launcher.ts); never run by itself
+//   dist/vram-preflight.webhook.cjs the webhook door (src/webhook/main.ts), a plain
+//                                   CommonJS module (.cjs: in a "type": "module"
+//                                   package Node loads a .js as ESM), with its
+//                                   own copy of what it needs (core, config, registry,
+//                                   yaml); the application requires it for
+//                                   `vram-preflight webhook` only, so that a render
+//                                   never reads or compiles the webhook's code
 //
-// The two are one build: every artifact ships both, side by side (DIST_FILES
-// in scripts/package-plugin.mjs). The application is pure ASCII (checked
+// They are one build: every artifact that runs the webhook ships all three side by
+// side (DIST_FILES in scripts/package-plugin.mjs; the Argo CD image, which never
+// runs the webhook, ships the first two). The application is pure ASCII (checked
 // here) so that the launcher reads it as latin1: no UTF-8 decoding, and V8
 // gets a one-byte string. Used by `npm run build`, by
 // scripts/package-plugin.mjs and by the e2e tests.
 //
-//   node scripts/build.mjs                 build dist/vram-preflight.cjs (+ .app.js)
+//   node scripts/build.mjs                 build dist/vram-preflight.cjs (+ .app.js, .webhook.cjs)
 //   node scripts/build.mjs --analyze       also print what the bundle is made of
 //   node scripts/build.mjs --outfile FILE  build elsewhere (the e2e tests build
 //                                          into temp dirs so they never race dist/);
@@ -29,6 +37,14 @@ import { fileURLToPath } from 'node:url';
 const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
 const entry = path.join(root, 'src/cli/bin.ts');
 const launcherEntry = path.join(root, 'src/cli/launcher.ts');
+const webhookEntry = path.join(root, 'src/webhook/main.ts');
+
+/**
+ * Strings only the webhook's code holds (its flags, what it serves): found in
+ * the application, they mean the webhook was bundled into it again (an import
+ * of src/webhook/ from the CLI), and every render would pay for compiling it.
+ */
+export const WEBHOOK_ONLY_MARKERS = ['--tls-cert-file', 'AdmissionReview', '/healthz'];
 const defaultOutfile = path.join(root, 'dist/vram-preflight.cjs');
 
 function argValue(name) {
@@ -76,12 +92,12 @@ const yamlVersion = () => JSON.parse(readFileSync(path.join(yamlDir, 'package.js
  * module function. Written by buildBundle, wrapped, next to the launcher
  * (src/cli/launcher.ts), which compiles it with a V8 code cache.
  */
-async function buildApp() {
+async function buildApp({ entryPoint = entry, outName = 'app.cjs', webhookName }) {
   const result = await build({
     absWorkingDir: root,
-    entryPoints: [entry],
+    entryPoints: [entryPoint],
     write: false,
-    outfile: path.join(root, 'dist/app.cjs'),
+    outfile: path.join(root, 'dist', outName),
     bundle: true,
     platform: 'node',
     target: 'node20',
@@ -101,7 +117,8 @@ async function buildApp() {
     // it to the bundle's own file URL; computed on first use (node:url's
     // pathToFileURL costs ~0.7 ms of start-up, and nothing uses it today).
     banner: { js: 'var __vram_preflight_import_meta={get url(){return require("url").pathToFileURL(__filename).href}};' },
-    define: { 'import.meta.url': '__vram_preflight_import_meta.url' },
+    // src/cli/bin.ts: the webhook's file name, beside the launcher (as the application's, fixed at build).
+    define: { 'import.meta.url': '__vram_preflight_import_meta.url', ...(webhookName && { __vram_preflight_webhook: JSON.stringify(webhookName) }) },
     loader: { '.json': 'json' },
   });
   return result;
@@ -130,13 +147,24 @@ export function appFileName(launcherName) {
   return `${launcherName.replace(/\.c?js$/, '')}.app.js`;
 }
 
+/** The webhook's file name for a launcher named `launcherName`: same stem, `.webhook.cjs` (given to src/cli/bin.ts). */
+export function webhookFileName(launcherName) {
+  return `${launcherName.replace(/\.c?js$/, '')}.webhook.cjs`;
+}
+
 export async function buildBundle({ outfile = defaultOutfile, quiet = false, analyze = false } = {}) {
   outfile = path.resolve(outfile);
   const appName = appFileName(path.basename(outfile));
   const appfile = path.join(path.dirname(outfile), appName);
+  const webhookName = webhookFileName(path.basename(outfile));
+  const webhookfile = path.join(path.dirname(outfile), webhookName);
   mkdirSync(path.dirname(outfile), { recursive: true });
-  const [result, launcher] = await Promise.all([buildApp(), buildLauncher()]);
+  const [result, launcher, webhook] = await Promise.all([buildApp({ webhookName }), buildLauncher(), buildApp({ entryPoint: webhookEntry, outName: 'webhook.cjs' })]);
   const app = result.outputFiles[0].text.replace(/^#![^\n]*\n/, '');
+  const webhookMarker = WEBHOOK_ONLY_MARKERS.find((m) => app.includes(m));
+  if (webhookMarker !== undefined) {
+    throw new Error(`the application holds the webhook's code ("${webhookMarker}"): src/cli/ must reach src/webhook/ only through ${path.basename(webhookfile)}, required at run time`);
+  }
   // Wrapped as Node wraps a CommonJS module; the launcher calls it.
   const source = `(function (exports, require, module, __filename, __dirname) {${app}\n})`;
   const hash = createHash('sha256').update(source).digest('hex').slice(0, 16);
@@ -157,13 +185,14 @@ export async function buildBundle({ outfile = defaultOutfile, quiet = false, ana
     'if(!(+process.versions.node.split(".")[0]>=20)){process.stderr.write("vram-preflight: Node.js 20 or newer is needed; this is Node.js "+process.version+" ("+process.execPath+")\\n");process.exit(1)}\n' +
     `var __vram_preflight_hash=${JSON.stringify(hash)},__vram_preflight_app=${JSON.stringify(appName)};\n` +
     launcher.outputFiles[0].text;
-  for (const w of result.warnings) {
+  for (const w of [...result.warnings, ...webhook.warnings]) {
     if (!quiet) process.stderr.write(`build: warning: ${w.text}${w.location ? ` (${w.location.file}:${w.location.line})` : ''}\n`);
   }
 
   // Self-containment check: the bundle may only require Node's built-ins.
   const builtins = new Set([...builtinModules, ...builtinModules.map((m) => `node:${m}`)]);
-  const external = [...Object.values(result.metafile.outputs), ...Object.values(launcher.metafile.outputs)]
+  const external = [result, launcher, webhook]
+    .flatMap((r) => Object.values(r.metafile.outputs))
     .flatMap((o) => o.imports)
     .filter((i) => i.external && !builtins.has(i.path))
     .map((i) => i.path);
@@ -174,6 +203,8 @@ export async function buildBundle({ outfile = defaultOutfile, quiet = false, ana
   // The application first: a launcher never names an application not yet written.
   writeFileSync(appfile, appText, 'latin1');
   chmodSync(appfile, 0o644);
+  writeFileSync(webhookfile, webhook.outputFiles[0].text.replace(/^#![^\n]*\n/, ''));
+  chmodSync(webhookfile, 0o644);
   writeFileSync(outfile, text);
   chmodSync(outfile, 0o755);
   // Code caches of earlier builds at this path (src/cli/launcher.ts names them
@@ -184,7 +215,10 @@ export async function buildBundle({ outfile = defaultOutfile, quiet = false, ana
   }
   const size = statSync(outfile).size + statSync(appfile).size;
   if (!quiet) {
-    process.stdout.write(`build: ${path.relative(root, outfile)} ${(statSync(outfile).size / 1024).toFixed(1)} KiB + ${path.relative(root, appfile)} ${(statSync(appfile).size / 1024).toFixed(1)} KiB\n`);
+    process.stdout.write(
+      `build: ${path.relative(root, outfile)} ${(statSync(outfile).size / 1024).toFixed(1)} KiB + ${path.relative(root, appfile)} ${(statSync(appfile).size / 1024).toFixed(1)} KiB` +
+        ` (+ ${path.relative(root, webhookfile)} ${(statSync(webhookfile).size / 1024).toFixed(1)} KiB, for \`webhook\` only)\n`,
+    );
   }
   if (analyze) {
     const inputs = Object.values(result.metafile.outputs)[0].inputs;
@@ -198,7 +232,7 @@ export async function buildBundle({ outfile = defaultOutfile, quiet = false, ana
       process.stdout.write(`  ${(v / 1024).toFixed(1).padStart(8)} KiB  ${k}\n`);
     }
   }
-  return { outfile, appfile, size, hash };
+  return { outfile, appfile, webhookfile, size, hash };
 }
 
 if (process.argv[1] && path.resolve(process.argv[1]) === fileURLToPath(import.meta.url)) {

@@ -5,10 +5,13 @@
  * (src/cli/launcher.ts, which passes through input with nothing to rewrite
  * without loading this application): then it hands over what it read.
  *
- * `vram-preflight webhook` is another door (src/webhook/), loaded by
- * import() for that command only: a post-renderer run never initialises it.
+ * `vram-preflight webhook` is another door (src/webhook/), built into a file
+ * of its own next to the launcher (<launcher stem>.webhook.cjs, scripts/build.mjs)
+ * and required from there for that command only: a post-renderer run neither
+ * reads, compiles nor initialises any of it.
  */
 import { readFileSync, writeFileSync } from 'node:fs';
+import { basename, join } from 'node:path';
 import { main } from './main.js';
 import { finish, stderr, stdout, takeStdin } from './process-io.js';
 
@@ -18,13 +21,7 @@ export { EXIT_WRITE_FAILED } from './process-io.js';
 const argv = process.argv.slice(2);
 
 if (argv[0] === 'webhook') {
-  import('../webhook/main.js').then(
-    (webhook) => webhook.runWebhook(argv.slice(1)),
-    (error: unknown) => {
-      stderr.write(`vram-preflight: internal error: ${error instanceof Error ? error.stack : String(error)}\n`);
-      process.exitCode = 70;
-    },
-  );
+  startWebhook();
 } else {
   main(argv, {
     stdin: (async function* () {
@@ -42,6 +39,35 @@ if (argv[0] === 'webhook') {
   }).then(finish, (error: unknown) => {
     // main() reports its own errors, internal ones too; this is the last resort should that fail.
     stderr.write(`vram-preflight: error INTERNAL: ${error instanceof Error ? `${error.name}: ${error.message}` : String(error)}\n`);
+    process.exitCode = 70;
+  });
+}
+
+/** The webhook's file name (scripts/build.mjs: <launcher stem>.webhook.cjs, fixed at build as the application's). */
+declare const __vram_preflight_webhook: string;
+
+/**
+ * The webhook bundle, next to the launcher that runs this application: the
+ * launcher passes its own __dirname and require (src/cli/launcher.ts), so the
+ * path is computed at run time and esbuild leaves the require alone.
+ */
+function startWebhook(): void {
+  const file = join(__dirname, __vram_preflight_webhook);
+  let webhook: { runWebhook(argv: readonly string[]): Promise<void> };
+  try {
+    webhook = require(file) as typeof webhook;
+  } catch (error) {
+    if ((error as NodeJS.ErrnoException).code === 'MODULE_NOT_FOUND' && (error as Error).message.includes(file)) {
+      stderr.write(`vram-preflight: the webhook is not part of this install (no ${basename(file)} next to ${basename(__filename)})\n`);
+      process.exitCode = 1;
+      return;
+    }
+    stderr.write(`vram-preflight: internal error: ${error instanceof Error ? error.stack : String(error)}\n`);
+    process.exitCode = 70;
+    return;
+  }
+  webhook.runWebhook(argv.slice(1)).catch((error: unknown) => {
+    stderr.write(`vram-preflight: internal error: ${error instanceof Error ? error.stack : String(error)}\n`);
     process.exitCode = 70;
   });
 }

@@ -6,6 +6,7 @@
 import { copyFileSync, mkdirSync, readdirSync, readFileSync, statSync } from 'node:fs';
 import path from 'node:path';
 import { parse } from 'yaml';
+import { WEBHOOK_ONLY_MARKERS } from '../../scripts/build.mjs';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { buildArtifacts, ensureHelm, helm, helmEnv, helmOk, PACKAGE_VERSION, removeTempDirs, ROOT, run, tarEntries, tempDir, type Artifacts } from './helpers.js';
 
@@ -69,6 +70,37 @@ describe('bundle', () => {
     }
   });
 
+  it('the webhook is a file of its own, next to the launcher, that a render never reads: the application holds none of its code', () => {
+    const app = readFileSync(path.join(art.dist, 'vram-preflight.app.js'), 'latin1');
+    const webhook = readFileSync(path.join(art.dist, 'vram-preflight.webhook.cjs'), 'utf8');
+    // The markers scripts/build.mjs refuses in the application are the webhook's indeed.
+    for (const marker of WEBHOOK_ONLY_MARKERS) {
+      expect(webhook, marker).toContain(marker);
+      expect(app, marker).not.toContain(marker);
+    }
+    expect(webhook).not.toMatch(/require\(["'](yaml|ajv)["']\)/);
+
+    // The launcher renamed (as npm links it): the application and the webhook keep their build's names.
+    const dir = tempDir('webhook-file');
+    const launcher = path.join(dir, 'gate');
+    copyFileSync(art.bundle, launcher);
+    copyFileSync(path.join(art.dist, 'vram-preflight.app.js'), path.join(dir, 'vram-preflight.app.js'));
+    const env = { PATH: process.env.PATH, HOME: dir };
+    const missing = run(process.execPath, [launcher, 'webhook', '--help'], { env, cwd: dir });
+    expect(missing.status).toBe(1);
+    expect(missing.stdout).toBe('');
+    expect(missing.stderr).toBe('vram-preflight: the webhook is not part of this install (no vram-preflight.webhook.cjs next to gate)\n');
+
+    copyFileSync(path.join(art.dist, 'vram-preflight.webhook.cjs'), path.join(dir, 'vram-preflight.webhook.cjs'));
+    const help = run(process.execPath, [launcher, 'webhook', '--help'], { env, cwd: dir });
+    expect(help.status, help.stderr).toBe(0);
+    expect(help.stdout).toContain('vram-preflight webhook --tls-cert-file');
+    // A render still runs without the webhook file.
+    const vllm = readFileSync(path.join(ROOT, 'fixtures/real/vllm.input.yaml'), 'utf8');
+    const out = run(process.execPath, [launcher], { env, cwd: dir, input: vllm });
+    expect(out.status, out.stderr).toBe(0);
+  });
+
   it('fails with nothing on stdout and the message on stderr', () => {
     const r = run(process.execPath, [art.bundle, '--timeout-seconds=soon'], { input: 'apiVersion: v1\nkind: ConfigMap\n' });
     expect(r.status).not.toBe(0);
@@ -88,6 +120,9 @@ describe('packaged plugin', () => {
     const app = path.join(art.pluginDir, 'dist/vram-preflight.app.js');
     expect(readFileSync(app).equals(readFileSync(path.join(art.dist, 'vram-preflight.app.js')))).toBe(true);
     expect(statSync(app).mode & 0o777).toBe(0o644);
+    const webhook = path.join(art.pluginDir, 'dist/vram-preflight.webhook.cjs');
+    expect(readFileSync(webhook).equals(readFileSync(path.join(art.dist, 'vram-preflight.webhook.cjs')))).toBe(true);
+    expect(statSync(webhook).mode & 0o777).toBe(0o644);
   });
 
   it('the .tgz is named and laid out like `helm plugin package` output: <name>-<version>.tgz, all under <name>/, plain files and dirs only', () => {
@@ -97,8 +132,9 @@ describe('packaged plugin', () => {
     expect(entries.every((e) => e.name === 'vram-preflight' || e.name.startsWith('vram-preflight/'))).toBe(true);
     expect(entries.every((e) => e.type === '0' || e.type === '5')).toBe(true);
     expect(entries.map((e) => e.name)).toEqual(
-      expect.arrayContaining(['vram-preflight/plugin.yaml', 'vram-preflight/bin/node-version-guard.cjs', 'vram-preflight/dist/vram-preflight.cjs', 'vram-preflight/dist/vram-preflight.app.js']),
+      expect.arrayContaining(['vram-preflight/plugin.yaml', 'vram-preflight/bin/node-version-guard.cjs', 'vram-preflight/dist/vram-preflight.cjs', 'vram-preflight/dist/vram-preflight.app.js', 'vram-preflight/dist/vram-preflight.webhook.cjs']),
     );
+    expect(entries.find((e) => e.name === 'vram-preflight/dist/vram-preflight.webhook.cjs')!.mode).toBe(0o644);
     // The `explain --output json` schema ships with the plugin, byte for byte.
     const schema = entries.find((e) => e.name === 'vram-preflight/src/report.schema.json');
     expect(schema, 'the report schema is in the plugin archive').toBeDefined();
@@ -136,7 +172,7 @@ describe('packaged plugin', () => {
 
   it('the npm package layout (package.json "files") is itself a Helm 4 plugin directory', () => {
     const pkg = JSON.parse(readFileSync(path.join(ROOT, 'package.json'), 'utf8')) as { files: string[]; bin: Record<string, string> };
-    expect(pkg.files).toEqual(expect.arrayContaining(['plugin.yaml', 'bin/node-version-guard.cjs', 'dist/vram-preflight.cjs', 'dist/vram-preflight.app.js']));
+    expect(pkg.files).toEqual(expect.arrayContaining(['plugin.yaml', 'bin/node-version-guard.cjs', 'dist/vram-preflight.cjs', 'dist/vram-preflight.app.js', 'dist/vram-preflight.webhook.cjs']));
     expect(pkg.bin['vram-preflight']).toBe('dist/vram-preflight.cjs');
     // What `npm install -g` puts in $(npm root -g)/vram-preflight, reduced to the four files that matter here.
     const installed = path.join(tempDir('npm-root'), 'vram-preflight');

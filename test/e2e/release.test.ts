@@ -264,7 +264,7 @@ describe('npm run release', () => {
     const names = entries.map((e) => e.name.replace(/^package\//, '')).sort();
     const docs = readdirSync(path.join(ROOT, 'docs')).map((d) => `docs/${d}`);
     expect(names).toEqual(
-      ['README.md', 'bin/node-version-guard.cjs', 'dist/vram-preflight.app.js', 'dist/vram-preflight.cjs', 'package.json', 'plugin.yaml', 'src/config.schema.json', 'src/report.schema.json', 'CHANGELOG.md', ...docs].sort(),
+      ['README.md', 'bin/node-version-guard.cjs', 'dist/vram-preflight.app.js', 'dist/vram-preflight.cjs', 'dist/vram-preflight.webhook.cjs', 'package.json', 'plugin.yaml', 'src/config.schema.json', 'src/report.schema.json', 'CHANGELOG.md', ...docs].sort(),
     );
     const pluginBundle = tarEntries(path.join(out1, ARCHIVE)).find((e) => e.name === 'vram-preflight/dist/vram-preflight.cjs')!;
     const npmBundle = entries.find((e) => e.name === 'package/dist/vram-preflight.cjs')!;
@@ -272,6 +272,8 @@ describe('npm run release', () => {
     expect(npmBundle.mode & 0o111).toBe(0o111);
     const pluginApp = tarEntries(path.join(out1, ARCHIVE)).find((e) => e.name === 'vram-preflight/dist/vram-preflight.app.js')!;
     expect(entries.find((e) => e.name === 'package/dist/vram-preflight.app.js')!.data.equals(pluginApp.data)).toBe(true);
+    const pluginWebhook = tarEntries(path.join(out1, ARCHIVE)).find((e) => e.name === 'vram-preflight/dist/vram-preflight.webhook.cjs')!;
+    expect(entries.find((e) => e.name === 'package/dist/vram-preflight.webhook.cjs')!.data.equals(pluginWebhook.data)).toBe(true);
   });
 
   it('the unpacked npm package is a Helm 4 plugin directory (what `helm plugin install "$(npm root -g)/vram-preflight"` sees)', () => {
@@ -286,7 +288,7 @@ describe('npm run release', () => {
     const entries = tarEntries(path.join(out1, ARGO_TGZ));
     const files = entries.filter((e) => e.type === '0');
     const committed = runOk('git', ['ls-files', 'deploy/argocd']).trim().split('\n').sort();
-    expect(files.map((e) => e.name).sort()).toEqual([...committed, 'dist/vram-preflight.cjs', 'dist/vram-preflight.app.js'].sort());
+    expect(files.map((e) => e.name).sort()).toEqual([...committed, 'dist/vram-preflight.cjs', 'dist/vram-preflight.app.js', 'dist/vram-preflight.webhook.cjs'].sort());
     for (const e of files.filter((f) => f.name.startsWith('deploy/'))) {
       expect(e.data.equals(readFileSync(path.join(ROOT, e.name))), e.name).toBe(true);
     }

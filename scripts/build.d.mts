@@ -1,0 +1,2 @@
+/** Strings only the webhook's code holds; the build refuses an application that contains one. */
+export const WEBHOOK_ONLY_MARKERS: readonly string[];
