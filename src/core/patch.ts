@@ -12,7 +12,7 @@
 import type { ContainerReport } from './decide/container.js';
 import { visitObject, type ObjectVisit, type WalkResult } from './decide/object.js';
 import type { RegistryAnswers, StartSources } from './decide/start.js';
-import { clone, firstDifference, formatPath, withStarts, type IntendedStart } from './decide/values.js';
+import { asObject, clone, firstDifference, formatPath, valueAt, withStarts, type IntendedStart } from './decide/values.js';
 import { PreflightError, type DocumentRef } from './errors.js';
 import type { Options } from './options.js';
 import { emptyDeviceClaims, type DeviceClaims } from './tables/gpu.js';
@@ -44,15 +44,6 @@ export function jsonPointer(path: readonly (string | number)[]): string {
   return path.map((step) => `/${String(step).replaceAll('~', '~0').replaceAll('/', '~1')}`).join('');
 }
 
-function asObject(value: unknown): Record<string, unknown> | undefined {
-  return value && typeof value === 'object' && !Array.isArray(value) ? (value as Record<string, unknown>) : undefined;
-}
-
-function valueAt(value: unknown, path: readonly (string | number)[]): unknown {
-  let current = value;
-  for (const key of path) current = (current as Record<string | number, unknown> | undefined)?.[key];
-  return current;
-}
 
 /** A list as the API server holds it: absent, null or empty is "not given"; anything but strings cannot be read. */
 function readList(container: Record<string, unknown>, key: 'command' | 'args'): string[] | null {

@@ -13,6 +13,7 @@ import { isMap, isSeq, type Node, type YAMLMap } from 'yaml';
 import type { Options } from './options.js';
 import type { ContainerReport } from './decide/container.js';
 import { visitObject, type ObjectVisit } from './decide/object.js';
+import { asObject } from './decide/values.js';
 import { describeDocument, PreflightError, type DocumentRef } from './errors.js';
 import { emptyDeviceClaims, recordDeviceClaim, type DeviceClaims } from './tables/gpu.js';
 import { KNOWN_IMAGES } from './tables/images.js';
@@ -84,15 +85,6 @@ function collectDeviceClaims(chunks: readonly Chunk[], fast: boolean): DeviceCla
 
 type Plain = Record<string, unknown>;
 
-function asObject(value: unknown): Plain | undefined {
-  return value && typeof value === 'object' && !Array.isArray(value) ? (value as Plain) : undefined;
-}
-
-function valueAt(value: unknown, path: readonly (string | number)[]): unknown {
-  let current = value;
-  for (const key of path) current = (current as Record<string | number, unknown> | undefined)?.[key];
-  return current;
-}
 
 /** The node at a value path, following merge keys and aliases exactly as the value was built. */
 function nodeAt(root: unknown, path: readonly (string | number)[], doc: ParsedDocument): unknown {

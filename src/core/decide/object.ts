@@ -9,7 +9,7 @@ import type { Options } from '../options.js';
 import { describeDocument, PreflightError, type DocumentRef, type ErrorDetails, type SourcePosition } from '../errors.js';
 import { nvidiaGpuSignals, type DeviceClaims } from '../tables/gpu.js';
 import { apiGroup, findOperatorKind, findWorkloadKind, LIST_KIND, TEMPLATE_KIND, templatesOf, type FoundTemplate, type WorkloadKind } from '../tables/workloads.js';
-import { formatPath } from './values.js';
+import { asObject, formatPath, valueAt } from './values.js';
 import { decideContainer, type ArgvReader, type ContainerEdit, type ContainerReport, type PodControls } from './container.js';
 import { ANNOTATION_CONTAINERS, ANNOTATION_SKIP, ANNOTATION_UTILIZATION } from './detect.js';
 import type { StartSources } from './start.js';
@@ -19,15 +19,6 @@ import { unwrappedGpuWorkers } from './multinode.js';
 
 type Plain = Record<string, unknown>;
 
-function asObject(value: unknown): Plain | undefined {
-  return value && typeof value === 'object' && !Array.isArray(value) ? (value as Plain) : undefined;
-}
-
-function valueAt(value: unknown, path: readonly (string | number)[]): unknown {
-  let current = value;
-  for (const key of path) current = (current as Record<string | number, unknown> | undefined)?.[key];
-  return current;
-}
 
 function annotationsOf(objectValue: unknown): Plain {
   return asObject(asObject(asObject(objectValue)?.metadata)?.annotations) ?? {};

@@ -74,3 +74,15 @@ export function withStarts(value: unknown, starts: readonly IntendedStart[]): un
   }
   return expected;
 }
+
+/** A plain value as a mapping, or undefined when it is not one (a list, a scalar, null). */
+export function asObject(value: unknown): Record<string, unknown> | undefined {
+  return value && typeof value === 'object' && !Array.isArray(value) ? (value as Record<string, unknown>) : undefined;
+}
+
+/** The value at a path, or undefined where the path leaves the value. */
+export function valueAt(value: unknown, path: ValuePath): unknown {
+  let current = value;
+  for (const key of path) current = (current as Record<string | number, unknown> | undefined)?.[key];
+  return current;
+}
