@@ -15,7 +15,7 @@ import { renderExplanation } from '../core/report/explain.js';
 import { renderReport } from '../core/report/report.js';
 import type { ImageStartAnswer, LookupFailure, RegistryOptions } from '../registry/index.js';
 import type { StreamText } from '../core/yaml/stream.js';
-import { transform, type TransformResult } from '../core/transform.js';
+import { transform, type CandidateRule, type TransformResult } from '../core/transform.js';
 import { withLookups } from '../core/lookups.js';
 import { VERSION } from '../core/version.js';
 
@@ -265,10 +265,13 @@ async function resolveImages(images: readonly string[], options: Options, io: Cl
 /**
  * The transform, and once more with registry answers when it found images
  * only their registry can place (the lookup is I/O, so it stays out here).
+ * The render parses only documents whose mentions of vLLM could decide a
+ * container; explain reads every document that mentions it, to list all its
+ * containers (docs/report.md). Both write the same manifests, warnings and errors.
  */
-function transformWithLookups(input: StreamText, options: Options, io: CliIO): Promise<TransformResult> {
+function transformWithLookups(input: StreamText, options: Options, io: CliIO, candidates: CandidateRule): Promise<TransformResult> {
   const lookup = io.lookupImageStarts && ((images: readonly string[]) => io.lookupImageStarts!(images, registryOptions(options, io.env)));
-  return withLookups((registry) => transform(input, options, { registry }), options.registryLookup, lookup);
+  return withLookups((registry) => transform(input, options, { registry, candidates }), options.registryLookup, lookup);
 }
 
 /** Helm 4 runs the plugin with this in the environment (Helm 3 runs a post-renderer as a bare executable). */
@@ -360,7 +363,7 @@ async function run(argv: readonly string[], io: CliIO, state: RunState): Promise
   try {
     if (args.command === 'resolve') return await resolveImages(args.images, options, io, diagnosticsFile);
     const input = await readAll(io.stdin);
-    const result = await transformWithLookups(input, options, io);
+    const result = await transformWithLookups(input, options, io, args.command === 'explain' ? 'any-mention' : 'deciding-mention');
     writeReportFile(io, options, result);
     const warnings = [...new Set(result.warnings)].map((w) => `warning: ${escapeControl(w)}`);
     if (args.command === 'explain') {

@@ -22,7 +22,8 @@ import type { RegistryAnswers, StartSources } from './decide/start.js';
 import { LineIndex, lineEnding, splitStream, type Chunk, type StreamText } from './yaml/stream.js';
 import { verifyEditedChunk, type IntendedStart } from './yaml/verify.js';
 import { KINDS_WITHOUT_CONTAINERS } from './tables/workloads.js';
-import { mentionsAny, TARGET_WORDS } from './decide/target-words.js';
+import { mentionsAnyLowered, TARGET_WORDS } from './decide/target-words.js';
+import { mentionMayDecide } from './decide/deciding-mentions.js';
 import { parseDocuments } from './yaml/fast-parse.js';
 import { effectiveGet, findDuplicateKeys, resolveAlias, type ParsedDocument } from './yaml/nodes.js';
 
@@ -43,15 +44,33 @@ export interface TransformResult {
 export interface TransformInput {
   /** Registry answers by image reference as written (src/registry, at the CLI's edge). */
   registry?: RegistryAnswers;
+  /**
+   * Which documents that have containers are parsed: `any-mention` (the
+   * default, and explain's: every document that mentions a target word,
+   * so that explain lists every container of it) or `deciding-mention` (the
+   * render's: only where a mention could decide a container, see
+   * src/core/decide/deciding-mentions.ts). The output, warnings and errors
+   * are the same either way, save the problems of a document's YAML itself
+   * (a syntax error, a duplicate key, command or args that are not lists of
+   * strings) in a document whose mentions decide nothing: passed through
+   * unread, as any document that does not mention vLLM.
+   */
+  candidates?: CandidateRule;
 }
+
+export type CandidateRule = 'any-mention' | 'deciding-mention';
 
 /**
  * Cheap text test that decides whether a document is parsed at all: it must
  * hold containers and mention vLLM, one of its family's images, an earlier
  * wrap, an annotation of ours or a configured image. A backslash may spell
  * any of these in a double-quoted escape, so it makes a document a candidate too.
+ * Under `deciding-mention` a document with containers must mention one where
+ * it could decide a container, unless it names a kind explain reports without
+ * containers (any mention names those) or passes --gpu-memory-utilization
+ * (the warning for it on an image that is not vLLM's needs no word in the start).
  */
-function candidateTest(options: Options): (text: string) => boolean {
+function candidateTest(options: Options, rule: CandidateRule): (text: string) => boolean {
   const all = [...TARGET_WORDS, ...KNOWN_IMAGES.map((i) => i.repository), ...options.images.map((i) => i.repository)].map((w) => w.toLowerCase());
   // A word that holds another one adds nothing to the test but time (every built-in repository names vllm, llm-d or huggingfaceserver).
   const words = [...new Set(all)].filter((w, _, list) => !list.some((other) => other !== w && w.includes(other)));
@@ -61,8 +80,36 @@ function candidateTest(options: Options): (text: string) => boolean {
   const hasContainers = (text: string): boolean => text.includes('containers') && containersKey.test(text);
   // Operator resources (Dynamo, KubeAI), OpenShift templates and KServe's model predictors carry no `containers` key of their own, yet explain must name them.
   const operatorKind = new RegExp(`^kind:[ \\t]*['"]?(${KINDS_WITHOUT_CONTAINERS.join('|')})\\b`, 'm');
-  // The mention first: it rules most documents out with plain searches, before any regex runs.
-  return (text) => (text.includes('\\') || mentionsAny(text, words)) && (text.includes('\\') || hasContainers(text) || operatorKind.test(text));
+  const sharp = rule === 'deciding-mention';
+  return (text) => {
+    if (text.includes('\\')) return true;
+    // The mention first: it rules most documents out with plain searches, before any regex runs.
+    const lower = text.toLowerCase();
+    if (!mentionsAnyLowered(lower, words)) return false;
+    if (!hasContainers(text)) return operatorKind.test(text);
+    if (!sharp) return true;
+    return namesKindWithoutContainers(text) || lower.includes('memory-utilization') || lower.includes('memory_utilization') || mentionMayDecide(lower, words);
+  };
+}
+
+/**
+ * Whether the text names, as a word, a kind explain reports without
+ * containers (an operator resource, an OpenShift Template, a KServe or
+ * KubeRay kind): any mention names those. A word anywhere, not only after
+ * `kind:`, so that a List's items, JSON and any quoting are covered.
+ */
+function namesKindWithoutContainers(text: string): boolean {
+  for (const kind of KINDS_WITHOUT_CONTAINERS) {
+    for (let at = text.indexOf(kind); at !== -1; at = text.indexOf(kind, at + 1)) {
+      if (!isWordCharacter(text.charCodeAt(at - 1)) && !isWordCharacter(text.charCodeAt(at + kind.length))) return true;
+    }
+  }
+  return false;
+}
+
+/** ASCII letters and digits (NaN, before the start or after the end, is none). */
+function isWordCharacter(c: number): boolean {
+  return (c >= 48 && c <= 57) || (c >= 65 && c <= 90) || (c >= 97 && c <= 122);
 }
 
 /** DRA claims can be defined anywhere in the stream (Helm sorts unknown kinds last): read them first. */
@@ -167,7 +214,7 @@ export function transform(stream: StreamText, options: Options, input: Transform
   const result = { pieces, containers: [], errors: [], warnings: [], wantedImages: [] } as unknown as TransformResult;
   // Joined on demand: the CLI writes the pieces, so a large stream is never copied whole.
   Object.defineProperty(result, 'output', { get: () => (result.errors.length ? '' : (joined ??= pieces.join(''))) });
-  const isCandidate = candidateTest(options);
+  const isCandidate = candidateTest(options, input.candidates ?? 'any-mention');
   const lines = new LineIndex(stream);
   const chunks = splitStream(stream);
   const fast = options.fastParse !== 'off';

@@ -19,7 +19,11 @@ export const TARGET_WORDS: readonly string[] = ['vllm', 'vram-preflight', 'llm-d
  * regex would not (a unit test compares both on generated text).
  */
 export function mentionsAny(text: string, lowerWords: readonly string[]): boolean {
-  const lower = text.toLowerCase();
+  return mentionsAnyLowered(text.toLowerCase(), lowerWords);
+}
+
+/** mentionsAny of a text already lowered (the transform's candidate test reads the lowered text again). */
+export function mentionsAnyLowered(lower: string, lowerWords: readonly string[]): boolean {
   for (const word of lowerWords) if (lower.includes(word)) return true;
   return false;
 }
