@@ -70,7 +70,7 @@ export type CandidateRule = 'any-mention' | 'deciding-mention';
  * containers (any mention names those) or passes --gpu-memory-utilization
  * (the warning for it on an image that is not vLLM's needs no word in the start).
  */
-function candidateTest(options: Options, rule: CandidateRule): (text: string) => boolean {
+export function candidateTest(options: Options, rule: CandidateRule): (text: string) => boolean {
   const all = [...TARGET_WORDS, ...KNOWN_IMAGES.map((i) => i.repository), ...options.images.map((i) => i.repository)].map((w) => w.toLowerCase());
   // A word that holds another one adds nothing to the test but time (every built-in repository names vllm, llm-d or huggingfaceserver).
   const words = [...new Set(all)].filter((w, _, list) => !list.some((other) => other !== w && w.includes(other)));

@@ -98,11 +98,14 @@ describe('the launcher passes through only what the application would', () => {
     const text = readFileSync(file, 'utf8');
     for (const piece of [text, ...splitStream(text).map((c) => c.text)]) {
       if (mayHoldTarget(piece)) continue;
-      const result = transform(piece, { ...DEFAULT_OPTIONS });
-      expect(result.errors).toEqual([]);
-      expect(result.warnings).toEqual([]);
-      expect(result.containers).toEqual([]);
-      expect(result.output).toBe(piece);
+      // Under either candidate rule: explain's (every mention) and the render's (a mention that could decide a container).
+      for (const candidates of ['any-mention', 'deciding-mention'] as const) {
+        const result = transform(piece, { ...DEFAULT_OPTIONS }, { candidates });
+        expect(result.errors).toEqual([]);
+        expect(result.warnings).toEqual([]);
+        expect(result.containers).toEqual([]);
+        expect(result.output).toBe(piece);
+      }
     }
   });
 });

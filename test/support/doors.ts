@@ -60,7 +60,7 @@ export interface Corpus {
   pods: Record<string, unknown>[];
 }
 
-function optionsFor(dir: string): Options {
+export function optionsFor(dir: string): Options {
   const argsFile = path.join(dir, 'args.txt');
   const args = existsSync(argsFile) ? readFileSync(argsFile, 'utf8').split('\n').filter(Boolean) : [];
   const flags: { flag: string; value: string }[] = [];
