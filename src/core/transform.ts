@@ -88,7 +88,8 @@ export function candidateTest(options: Options, rule: CandidateRule): (text: str
     if (!mentionsAnyLowered(lower, words)) return false;
     if (!hasContainers(text)) return operatorKind.test(text);
     if (!sharp) return true;
-    return namesKindWithoutContainers(text) || lower.includes('memory-utilization') || lower.includes('memory_utilization') || mentionMayDecide(lower, words);
+    // The line test first: it stops at the first mention that counts, which most documents with a vLLM container reach early.
+    return mentionMayDecide(lower, words) || lower.includes('memory-utilization') || lower.includes('memory_utilization') || namesKindWithoutContainers(text);
   };
 }
 
