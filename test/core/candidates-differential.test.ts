@@ -474,6 +474,14 @@ describe('a document whose mentions of vLLM decide nothing is passed through unr
     expect(explain.stderr).toMatch(/^vram-preflight: error YAML_SYNTAX: Job\/seed/);
   });
 
+  it('the fixture case unread-document-yaml-error (rendered identical by the fixture test): explain reports its error', async () => {
+    const input = readFileSync(path.join(ROOT, 'fixtures/cases/unread-document-yaml-error/input.yaml'), 'utf8');
+    expect(existsSync(path.join(ROOT, 'fixtures/cases/unread-document-yaml-error/identical'))).toBe(true);
+    const explain = await runCli(['explain'], input);
+    expect(explain.code).toBe(1);
+    expect(explain.stderr).toMatch(/^vram-preflight: error YAML_SYNTAX: Job\/fixture-vllm-seed \(model\/templates\/seed-job.yaml\), line 21/);
+  });
+
   it('the same document with its image vLLM\'s is parsed by the render, and refused', async () => {
     const render = await runCli([], broken.replace('python:3.12-slim', 'vllm/vllm-openai:v0.11.0'));
     expect(render.code).toBe(1);
