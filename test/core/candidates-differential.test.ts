@@ -4,8 +4,9 @@
  * could decide one. This holds the render with that rule (`deciding-mention`)
  * to the render with the old one (`any-mention`, still explain's), over every
  * input of the repository (fixture cases with their options and their
- * expected outputs, the real renders, the pod corpus as YAML and as JSON, the
- * test charts rendered by the real helm) and over seeded generated documents
+ * expected outputs, the real renders, the pod corpus as YAML and as JSON,
+ * every other YAML and JSON file it tracks, the test charts rendered by the
+ * real helm) and over seeded generated documents
  * that place the words in names, labels, annotations, images, args, block
  * scalars, flow and JSON style. For each stream and each of its documents alone:
  * - the output is byte for byte the same, and so are the images asked of registries;
@@ -159,6 +160,11 @@ function repositoryInputs(): Input[] {
     const docs = Array.isArray(value) ? value : [value];
     inputs.push({ label: `fixtures/pods/${file} as YAML`, text: docs.map((d) => stringify(d, { lineWidth: 0 })).join('---\n'), options: { ...DEFAULT_OPTIONS } });
   }
+  // Every other YAML or JSON file the repository tracks (chart templates as written, manifests, schemas, test results).
+  const tracked = execFileSync('git', ['ls-files', '-z'], { cwd: ROOT, encoding: 'utf8' }).split('\0');
+  for (const file of tracked.filter((f) => /\.(ya?ml|json)$/.test(f) && !/^fixtures\/(cases|real|pods|config)\//.test(f) && !/(^|\/)(package(-lock)?|tsconfig[^/]*)\.json$/.test(f)).sort()) {
+    inputs.push({ label: file, text: readFileSync(path.join(ROOT, file), 'utf8'), options: { ...DEFAULT_OPTIONS } });
+  }
   return inputs;
 }
 
@@ -180,8 +186,8 @@ describe('the render with the sharper candidate test equals the render with the 
   const inputs = repositoryInputs();
   const renders = chartRenders();
 
-  it('finds the inputs (fixture cases and their outputs, real renders, the pod corpus, chart renders)', () => {
-    expect(inputs.length).toBeGreaterThan(150);
+  it('finds the inputs (fixture cases and their outputs, real renders, the pod corpus, every other YAML and JSON file, chart renders)', () => {
+    expect(inputs.length).toBeGreaterThan(190);
     expect(renders.length).toBeGreaterThanOrEqual(2);
   });
 
