@@ -9,11 +9,17 @@
 // writing the request to reading the whole answer. Then admissions continue
 // to 100,000 and the server's RSS is read from /proc at each quarter.
 //
+// The load generator shares the machine's CPUs with the server (the API
+// server never does), so over HTTP/1.1 it is as lean as wrk: prepared request
+// bytes on a TLS socket, answers read by Content-Length; Node's https client
+// cost twice the CPU per request, taken from the server. HTTP/2 uses Node's
+// http2 client. The generator's own CPU per request is printed.
+//
 //   node scripts/bench/webhook-load.mjs [--quick]    (builds the bundle into a temp dir)
 import { execFileSync, spawn } from 'node:child_process';
 import { mkdirSync, mkdtempSync, openSync, readFileSync, rmSync } from 'node:fs';
 import http2 from 'node:http2';
-import https from 'node:https';
+import tls from 'node:tls';
 import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -89,16 +95,71 @@ export async function webhookLoad({ bundle, node = process.execPath, env = proce
   let admissions = 0;
   let failures = 0;
 
-  const h1Post = (agent, body) =>
+  /**
+   * One kept-alive HTTP/1.1 connection: `post(request)` writes prepared
+   * request bytes and resolves, when the whole answer is read (by its
+   * Content-Length), to whether it is a 200 that allows the pod.
+   */
+  const connect = () =>
     new Promise((resolve, reject) => {
-      const req = https.request(`${url}/mutate`, { method: 'POST', agent, headers: { 'content-type': 'application/json', 'content-length': Buffer.byteLength(body) } }, (res) => {
-        const chunks = [];
-        res.on('data', (c) => chunks.push(c));
-        res.on('end', () => resolve(res.statusCode === 200 && Buffer.concat(chunks).includes('"allowed":true')));
+      const socket = tls.connect({ host: '127.0.0.1', port, ca, ALPNProtocols: ['http/1.1'] }, () => resolve(connection));
+      socket.setNoDelay(true);
+      let pending;
+      let chunks = [];
+      let have = 0;
+      let need = -1;
+      let headEnd = -1;
+      let status = 0;
+      socket.on('data', (chunk) => {
+        chunks.push(chunk);
+        have += chunk.length;
+        if (headEnd < 0) {
+          const all = Buffer.concat(chunks);
+          chunks = [all];
+          headEnd = all.indexOf('\r\n\r\n');
+          if (headEnd < 0) return;
+          const head = all.toString('latin1', 0, headEnd);
+          status = Number(head.slice(9, 12));
+          need = headEnd + 4 + Number(/\r\ncontent-length:[ \t]*(\d+)/i.exec(head)?.[1] ?? NaN);
+        }
+        if (have < need) return;
+        const all = chunks.length === 1 ? chunks[0] : Buffer.concat(chunks);
+        const done = pending;
+        pending = undefined;
+        done?.resolve(status === 200 && all.includes('"allowed":true', headEnd));
+        chunks = [];
+        have = 0;
+        need = -1;
+        headEnd = -1;
       });
-      req.on('error', reject);
-      req.end(body);
+      socket.on('error', (error) => (pending ? pending.reject(error) : reject(error)));
+      socket.on('close', () => pending?.reject(new Error('the webhook closed the connection')));
+      const connection = {
+        post: (request) => new Promise((resolve, reject) => {
+          pending = { resolve, reject };
+          socket.write(request);
+        }),
+        close: () => socket.destroy(),
+      };
     });
+  const requestBytes = (body) => Buffer.concat([Buffer.from(`POST /mutate HTTP/1.1\r\nHost: 127.0.0.1:${port}\r\nContent-Type: application/json\r\nContent-Length: ${Buffer.byteLength(body)}\r\n\r\n`), Buffer.from(body)]);
+  /** `concurrency` connections, each used by one request at a time. */
+  const pool = async (concurrency, body) => {
+    const connections = await Promise.all(Array.from({ length: concurrency }, connect));
+    const free = [...connections];
+    const request = requestBytes(body);
+    return {
+      send: async () => {
+        const connection = free.pop();
+        try {
+          return await connection.post(request);
+        } finally {
+          free.push(connection);
+        }
+      },
+      close: () => connections.forEach((c) => c.close()),
+    };
+  };
 
   const h2Post = (session, body) =>
     new Promise((resolve, reject) => {
@@ -120,13 +181,14 @@ export async function webhookLoad({ bundle, node = process.execPath, env = proce
    * server, and latency is what one admission waits.
    */
   async function load({ concurrency, h2, body, ms, rate }) {
-    const agent = h2 ? undefined : new https.Agent({ keepAlive: true, maxSockets: concurrency, ca });
     const session = h2 ? http2.connect(url, { ca }) : undefined;
-    const send = h2 ? () => h2Post(session, body) : () => h1Post(agent, body);
-    // Open the connections (handshakes are not what is measured).
+    const connections = h2 ? undefined : await pool(concurrency, body);
+    const send = h2 ? () => h2Post(session, body) : connections.send;
+    // Open the streams (handshakes are not what is measured).
     await Promise.all(Array.from({ length: concurrency }, send));
     const latencies = [];
     const cpu0 = cpuMs(child.pid);
+    const client0 = process.cpuUsage();
     const started = performance.now();
     const end = started + ms;
     const one = async () => {
@@ -157,10 +219,11 @@ export async function webhookLoad({ bundle, node = process.execPath, env = proce
     }
     const seconds = (performance.now() - started) / 1000;
     const serverCpu = cpuMs(child.pid) - cpu0;
-    agent?.destroy();
+    const client = process.cpuUsage(client0);
+    connections?.close();
     session?.close();
     latencies.sort((a, b) => a - b);
-    return { n: latencies.length, perSecond: latencies.length / seconds, p50: percentile(latencies, 50), p99: percentile(latencies, 99), serverCpuUs: (1000 * serverCpu) / latencies.length };
+    return { n: latencies.length, perSecond: latencies.length / seconds, p50: percentile(latencies, 50), p99: percentile(latencies, 99), serverCpuUs: (1000 * serverCpu) / latencies.length, clientCpuUs: (client.user + client.system) / latencies.length };
   }
 
   const bodies = { 'no vLLM': review(pod(false)), 'vLLM (wrapped)': review(pod(true)) };
@@ -169,41 +232,50 @@ export async function webhookLoad({ bundle, node = process.execPath, env = proce
   // Warm-up: the server's JIT, the client's too.
   for (const body of Object.values(bodies)) await load({ concurrency: 16, h2: false, body, ms: quick ? 500 : 1500 });
   const rssAfterWarmup = rssMiB(child.pid);
-  say(`  ${'pod'.padEnd(15)} ${'connections'.padEnd(21)} ${'load'.padEnd(14)} ${'admissions/s'.padStart(12)} ${'p50'.padStart(9)} ${'p99'.padStart(9)} ${'server CPU'.padStart(11)}`);
+  say(`  ${'pod'.padEnd(15)} ${'connections'.padEnd(21)} ${'load'.padEnd(14)} ${'admissions/s'.padStart(12)} ${'p50'.padStart(9)} ${'p99'.padStart(9)} ${'server CPU'.padStart(11)} ${'client CPU'.padStart(11)}`);
+  // The goal's rows (16 connections at 2,000/s offered) are run `reps` times: their p99 is made of rare pauses, and one run of 8,000 admissions can catch more or fewer of them.
+  const reps = quick ? 1 : 3;
+  const cases = [[1, false], [16, false], [128, false], [16, true], ...Array.from({ length: reps }, () => [16, false, GOALS.perSecond]), [16, true, GOALS.perSecond]];
   for (const [label, body] of Object.entries(bodies)) {
-    for (const [concurrency, h2, rate] of [[1, false], [16, false], [128, false], [16, true], [16, false, GOALS.perSecond], [16, true, GOALS.perSecond]]) {
+    for (const [concurrency, h2, rate] of cases) {
       const r = await load({ concurrency, h2, body, ms, rate });
       const how = h2 ? `1 HTTP/2, ${concurrency} streams` : `${concurrency} HTTP/1.1`;
       const loadText = rate ? `${rate}/s offered` : 'flat out';
       rows.push({ pod: label, connections: how, load: loadText, ...r });
-      say(`  ${label.padEnd(15)} ${how.padEnd(21)} ${loadText.padEnd(14)} ${r.perSecond.toFixed(0).padStart(12)} ${`${r.p50.toFixed(2)} ms`.padStart(9)} ${`${r.p99.toFixed(2)} ms`.padStart(9)} ${`${r.serverCpuUs.toFixed(0)} µs`.padStart(11)}`);
+      say(`  ${label.padEnd(15)} ${how.padEnd(21)} ${loadText.padEnd(14)} ${r.perSecond.toFixed(0).padStart(12)} ${`${r.p50.toFixed(2)} ms`.padStart(9)} ${`${r.p99.toFixed(2)} ms`.padStart(9)} ${`${r.serverCpuUs.toFixed(0)} µs`.padStart(11)} ${`${r.clientCpuUs.toFixed(0)} µs`.padStart(11)}`);
     }
   }
   // Memory: on to 100,000 admissions (half of each pod), RSS at each quarter.
   const total = quick ? 20_000 : 100_000;
   const rss = [{ admissions: 0, rssMiB: rssAfterWarmup }];
   let counted = 0;
-  const agent = new https.Agent({ keepAlive: true, maxSockets: 16, ca });
+  const pools = [await pool(8, bodies['no vLLM']), await pool(8, bodies['vLLM (wrapped)'])];
   for (let quarter = 1; quarter <= 4; quarter++) {
     const target = (total * quarter) / 4;
     await Promise.all(
       Array.from({ length: 16 }, async (_, i) => {
-        const body = i % 2 ? bodies['vLLM (wrapped)'] : bodies['no vLLM'];
         while (counted < target) {
           counted++;
-          if (!(await h1Post(agent, body))) failures++;
+          if (!(await pools[i % 2].send())) failures++;
         }
       }),
     );
     rss.push({ admissions: counted, rssMiB: rssMiB(child.pid) });
   }
-  agent.destroy();
+  pools.forEach((p) => p.close());
   say(`  server RSS (MiB) after warm-up and after N more admissions: ${rss.map((r) => `${r.admissions.toLocaleString('en')}: ${r.rssMiB.toFixed(1)}`).join(', ')}`);
   child.kill('SIGTERM');
   const code = await new Promise((resolve) => child.on('exit', resolve));
-  const flat = rows.find((r) => r.connections === '16 HTTP/1.1' && r.pod === 'no vLLM' && r.load === 'flat out');
-  const offered = rows.find((r) => r.connections === '16 HTTP/1.1' && r.pod === 'no vLLM' && r.load !== 'flat out');
-  say(`  goals (no vLLM, 16 HTTP/1.1): >= ${GOALS.perSecond}/s flat out ${flat.perSecond >= GOALS.perSecond ? 'met' : 'NOT met'} (${flat.perSecond.toFixed(0)}/s); p99 <= ${GOALS.p99AtSixteenMs} ms at ${GOALS.perSecond}/s offered ${offered.p99 <= GOALS.p99AtSixteenMs ? 'met' : 'NOT met'} (${offered.p99.toFixed(2)} ms; flat out it is ${flat.p99.toFixed(2)} ms: 16 requests always queued)`);
+  const median = (values) => [...values].sort((a, b) => a - b)[Math.floor((values.length - 1) / 2)];
+  for (const label of Object.keys(bodies)) {
+    const flat = rows.find((r) => r.connections === '16 HTTP/1.1' && r.pod === label && r.load === 'flat out');
+    const offered = rows.filter((r) => r.connections === '16 HTTP/1.1' && r.pod === label && r.load !== 'flat out').map((r) => r.p99);
+    const p99 = median(offered);
+    say(
+      `  goals (${label}, 16 HTTP/1.1): >= ${GOALS.perSecond}/s flat out ${flat.perSecond >= GOALS.perSecond ? 'met' : 'NOT met'} (${flat.perSecond.toFixed(0)}/s); ` +
+        `p99 <= ${GOALS.p99AtSixteenMs} ms at ${GOALS.perSecond}/s offered ${p99 <= GOALS.p99AtSixteenMs ? 'met' : 'NOT met'} (median of ${offered.length} runs ${p99.toFixed(2)} ms; runs ${offered.map((v) => v.toFixed(2)).join(', ')} ms; flat out it is ${flat.p99.toFixed(2)} ms: 16 requests always queued)`,
+    );
+  }
   say(`  failed answers ${failures}; exit after SIGTERM ${code}`);
   return { rows, rss, failures, exitCode: code };
 }

@@ -12,7 +12,7 @@
 import type { ContainerReport } from './decide/container.js';
 import { visitObject, type ObjectVisit, type WalkResult } from './decide/object.js';
 import type { RegistryAnswers, StartSources } from './decide/start.js';
-import { asObject, clone, firstDifference, formatPath, valueAt, withStarts, type IntendedStart } from './decide/values.js';
+import { asObject, clone, copyAlong, firstDifference, formatPath, valueAt, withStarts, type IntendedStart } from './decide/values.js';
 import { PreflightError, type DocumentRef } from './errors.js';
 import type { Options } from './options.js';
 import { emptyDeviceClaims, type DeviceClaims } from './tables/gpu.js';
@@ -111,16 +111,18 @@ export function patchObject(object: unknown, options: Options, input: PatchInput
 
 /**
  * Applies `add` and `remove` operations of object members (all this module
- * writes) to a copy. Enough to check our own patches; a door's tests apply
+ * writes) to a copy (what they do not touch is shared with `object`). Enough to check our own patches; a door's tests apply
  * them with an independent RFC 6902 implementation.
  */
 export function applyPatch(object: unknown, ops: readonly JsonPatchOperation[]): unknown {
-  const copy = clone(object);
+  let copy = object;
   for (const op of ops) {
     const tokens = op.path.split('/').slice(1).map((t) => t.replaceAll('~1', '/').replaceAll('~0', '~'));
     const last = tokens.pop()!;
-    let parent = copy as Record<string, unknown>;
-    for (const token of tokens) parent = (Array.isArray(parent) ? parent[Number(token)] : parent[token]) as Record<string, unknown>;
+    // Copied along the way to the member written, shared elsewhere (see copyAlong).
+    const copied = copyAlong(copy, tokens);
+    copy = copied.root;
+    const parent = copied.node as Record<string, unknown>;
     if (op.op === 'add') parent[last] = clone(op.value);
     else if (op.op === 'remove') delete parent[last];
     else throw new Error(`applyPatch: ${op.op} is not written by this module`);

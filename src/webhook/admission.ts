@@ -25,6 +25,7 @@ import type { RegistryAnswers } from '../core/decide/start.js';
 import { claimReferences, patchObject, withLookups, type JsonPatchOperation, type PatchResult } from '../core/index.js';
 import type { ClaimReadResult, ClaimReference } from './claims.js';
 import type { Outcome } from './metrics.js';
+import { base64Json } from './patch-encoding.js';
 
 export const ANNOTATION_WRAPPED = 'vram-preflight.io/wrapped';
 export const ANNOTATION_NOT_WRAPPED = 'vram-preflight.io/not-wrapped';
@@ -46,8 +47,8 @@ export interface RefusedContainer {
 export interface Admission {
   /** 200, or 400 when the body is no AdmissionReview. */
   status: number;
-  /** The JSON body to send. */
-  body: string;
+  /** The JSON body to send: these pieces, one after another. */
+  body: readonly string[];
   outcome: Outcome | 'invalid' | 'ignored';
   dryRun: boolean;
   wrapped: string[];
@@ -73,17 +74,20 @@ export function pointerSegment(key: string): string {
 }
 
 function invalid(message: string): Admission {
-  return { status: 400, body: JSON.stringify({ error: message }), outcome: 'invalid', dryRun: false, wrapped: [], refused: [], skipped: 0, log: { error: message } };
+  return { status: 400, body: [JSON.stringify({ error: message })], outcome: 'invalid', dryRun: false, wrapped: [], refused: [], skipped: 0, log: { error: message } };
 }
 
-function review(uid: string, patch: JsonPatchOperation[], warnings: string[]): string {
-  const response: Plain = { uid, allowed: true };
-  if (patch.length > 0) {
-    response.patchType = 'JSONPatch';
-    response.patch = Buffer.from(JSON.stringify(patch)).toString('base64');
-  }
-  if (warnings.length > 0) response.warnings = warnings;
-  return JSON.stringify({ apiVersion: REVIEW_VERSION, kind: 'AdmissionReview', response });
+/**
+ * The AdmissionReview answer, as JSON text in pieces written one after
+ * another (the patch's base64 pieces are kept between answers: see
+ * ./patch-encoding.ts).
+ */
+function review(uid: string, patch: JsonPatchOperation[], warnings: string[]): string[] {
+  const head = `{"apiVersion":${JSON.stringify(REVIEW_VERSION)},"kind":"AdmissionReview","response":{"uid":${JSON.stringify(uid)},"allowed":true`;
+  const tail = `${warnings.length > 0 ? `,"warnings":${JSON.stringify(warnings)}` : ''}}}`;
+  if (patch.length === 0) return [head + tail];
+  // Base64 needs no escaping inside a JSON string.
+  return [`${head},"patchType":"JSONPatch","patch":"`, ...base64Json(patch), `"${tail}`];
 }
 
 /** Ops that set the annotations to these values (creating metadata.annotations where the pod has none); none for a value already there. */

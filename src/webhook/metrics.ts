@@ -6,10 +6,17 @@
 
 type Labels = Readonly<Record<string, string>>;
 
+const NEEDS_ESCAPE = /[\\\n"]/;
+
+/** `{k="v",…}`; counted on every admission, so a value escaped only when it holds what must be. */
 function labelText(labels: Labels): string {
-  const entries = Object.entries(labels);
-  if (entries.length === 0) return '';
-  return `{${entries.map(([k, v]) => `${k}="${v.replace(/\\/g, '\\\\').replace(/\n/g, '\\n').replace(/"/g, '\\"')}"`).join(',')}}`;
+  let text = '';
+  for (const key in labels) {
+    const value = labels[key]!;
+    const written = NEEDS_ESCAPE.test(value) ? value.replace(/\\/g, '\\\\').replace(/\n/g, '\\n').replace(/"/g, '\\"') : value;
+    text += `${text === '' ? '{' : ','}${key}="${written}"`;
+  }
+  return text === '' ? '' : `${text}}`;
 }
 
 interface Metric {

@@ -1,8 +1,9 @@
 /**
  * The webhook's pure-ish parts on their own: the image-start cache's lifetimes
  * and bound (clock given), the annotation ops on every shape of metadata, the
- * Prometheus text, and the file watch's poll (the path a Secret volume's
- * symlink swap takes when no inotify event comes).
+ * Prometheus text, the file watch's poll (the path a Secret volume's
+ * symlink swap takes when no inotify event comes), and the patch's base64
+ * written in pieces.
  */
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -11,6 +12,7 @@ import { describe, expect, it } from 'vitest';
 import { annotationOps, pointerSegment, shortReason } from '../../src/webhook/admission.js';
 import { ImageStartCache, DEFAULT_CACHE_SETTINGS, type Answer } from '../../src/webhook/image-starts.js';
 import { webhookMetrics } from '../../src/webhook/metrics.js';
+import { base64Json } from '../../src/webhook/patch-encoding.js';
 import { watchFiles } from '../../src/webhook/watch.js';
 import type { RegistryOptions } from '../../src/registry/index.js';
 
@@ -101,5 +103,52 @@ describe('file watch', () => {
     } finally {
       rmSync(dir, { recursive: true, force: true });
     }
+  });
+});
+
+describe('the patch, base64 in pieces', () => {
+  // A seeded generator (mulberry32): the same cases every run.
+  const random = (seed: number) => () => {
+    seed = (seed + 0x6d2b79f5) | 0;
+    let t = Math.imul(seed ^ (seed >>> 15), 1 | seed);
+    t = (t + Math.imul(t ^ (t >>> 7), 61 | t)) ^ t;
+    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
+  };
+  const alphabet = ['a', 'Z', '0', ' ', '\n', '"', '\\', '\u00e9', '\u20ac', '\ud83d\ude80', '\u0000', '/', '~', '$'];
+  const text = (next: () => number, length: number): string => Array.from({ length }, () => alphabet[Math.floor(next() * alphabet.length)]).join('');
+
+  it('decodes to the same JSON value as JSON.stringify, whatever the strings (multi-byte, escapes, long or short)', () => {
+    const next = random(19);
+    for (let round = 0; round < 300; round++) {
+      const script = text(next, Math.floor(next() * 3000));
+      const ops = [
+        { op: 'add', path: `/spec/containers/${round % 3}/command`, value: ['/bin/sh', '-ec'] },
+        { op: 'add', path: '/spec/containers/0/args', value: [script, '--', text(next, Math.floor(next() * 20)), script] },
+        ...(next() < 0.5 ? [{ op: 'remove', path: '/spec/containers/1/args' }] : []),
+        { op: 'add', path: '/metadata/annotations', value: { 'vram-preflight.io/wrapped': text(next, 5), n: 1.5, t: true, z: null } },
+      ];
+      const pieces = base64Json(ops);
+      pieces.slice(0, -1).forEach((piece) => expect(piece.length % 4, 'every piece but the last is whole base64 groups').toBe(0));
+      const decoded = Buffer.from(pieces.join(''), 'base64').toString('utf8');
+      expect(JSON.parse(decoded)).toEqual(ops);
+      // The same text as JSON.stringify's, with spaces added (padding) and nothing else.
+      const expected = JSON.stringify(ops);
+      let at = 0;
+      let added = 0;
+      for (const char of expected) {
+        while (!decoded.startsWith(char, at) && decoded[at] === ' ') (at++, added++);
+        expect(decoded.slice(at, at + char.length), `at ${at}`).toBe(char);
+        at += char.length;
+      }
+      expect(decoded.slice(at).trim()).toBe('');
+      expect(added + decoded.length - at).toBeLessThanOrEqual(2 * pieces.length);
+    }
+  });
+
+  it('gives the same bytes for the same patch, from the cache or not', () => {
+    const ops = [{ op: 'add', path: '/spec/containers/0/args', value: ['x'.repeat(2000), '--', 'vllm'] }];
+    const first = base64Json(ops).join('');
+    expect(base64Json(ops).join('')).toBe(first);
+    expect(base64Json(JSON.parse(JSON.stringify(ops))).join('')).toBe(first);
   });
 });

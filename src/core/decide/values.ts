@@ -64,15 +64,34 @@ export function firstDifference(a: unknown, b: unknown): (string | number)[] | u
 
 /** The value with the intended containers' command and args in place. */
 export function withStarts(value: unknown, starts: readonly IntendedStart[]): unknown {
-  const expected = clone(value);
+  let expected = value;
   for (const { path, command, args } of starts) {
-    let container = expected as Record<string | number, unknown>;
-    for (const step of path) container = container[step] as Record<string | number, unknown>;
+    const copied = copyAlong(expected, path);
+    expected = copied.root;
+    const container = copied.node as Record<string, unknown>;
     container.command = [...command];
     if (args === null) delete container.args;
     else container.args = [...args];
   }
   return expected;
+}
+
+/**
+ * `value` with the nodes along `path` copied (each a shallow copy) and
+ * everything else shared: a write at the path's end changes the copy only.
+ * The check compares two such copies: shared parts are equal by identity, so
+ * it costs the containers written, not the whole pod.
+ */
+export function copyAlong(value: unknown, path: ValuePath): { root: unknown; node: unknown } {
+  const shallow = (node: unknown): unknown => (Array.isArray(node) ? [...node] : node && typeof node === 'object' ? { ...(node as object) } : node);
+  const root = shallow(value);
+  let node = root;
+  for (const step of path) {
+    const parent = node as Record<string | number, unknown>;
+    node = shallow(parent[step]);
+    parent[step] = node;
+  }
+  return { root, node };
 }
 
 /** A plain value as a mapping, or undefined when it is not one (a list, a scalar, null). */
