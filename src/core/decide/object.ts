@@ -224,7 +224,7 @@ function visitTemplate(visit: ObjectVisit, object: Plain, kind: WorkloadKind, fo
   if (Array.isArray(initContainers)) {
     for (const c of initContainers.map(asObject)) {
       const gpus = nvidiaGpuSignals({ container: c ?? {}, podSpec, claims: visit.claims }).signals;
-      visit.result.containers.push({ ...base, container: String(c?.name ?? '?'), initContainer: true, image: c?.image as string | undefined, action: 'skip', reason: 'init container: it does not re-run when the model container restarts', gpus: gpus.map((g) => g.detail), gpuSignals: gpus, warnings: [], notes: [] });
+      visit.result.containers.push({ document: base.document, workload: base.workload, template: base.template, container: String(c?.name ?? '?'), initContainer: true, image: c?.image as string | undefined, action: 'skip', reason: 'init container: it does not re-run when the model container restarts', gpus: gpus.map((g) => g.detail), gpuSignals: gpus, warnings: [], notes: [] });
     }
   }
   const containers = podSpec.containers;
