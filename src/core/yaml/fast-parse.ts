@@ -101,8 +101,82 @@ const COMMA = 0x2c;
 /** Characters that cannot start a plain scalar here, or start one only `yaml` reads (c-indicator, YAML 1.2 §5.3). */
 const NOT_PLAIN_START = new Set([...',[]{}#&*!|>\'"%@`'].map((c) => c.charCodeAt(0)));
 
-const FLOAT_EXP = /^[-+]?(?:\.[0-9]+|[0-9]+(?:\.[0-9]*)?)[eE][-+]?[0-9]+$/;
-const FLOAT = /^[-+]?(?:\.[0-9]+|[0-9]+\.[0-9]*)$/;
+// The core schema's number shapes below are plain scans, not regexes: a render is a short-lived
+// process, and V8 compiles each regex on its first runs (~50-250 us apiece; docs/benchmarks.md).
+// test/core/hot-path.test.ts holds each scan to the regex it replaces.
+
+/** Index after the ASCII digits from `i`. */
+function digitsEnd(text: string, i: number): number {
+  while (i < text.length && isDigit(text.charCodeAt(i))) i++;
+  return i;
+}
+
+function isDigit(c: number): boolean {
+  return c >= 0x30 && c <= 0x39;
+}
+
+function isSign(c: number): boolean {
+  return c === 0x2b || c === DASH;
+}
+
+/** `/^0o[0-7]+$/` */
+export function isYamlOctal(text: string): boolean {
+  if (text.length < 3 || text.charCodeAt(0) !== 0x30 || text.charCodeAt(1) !== 0x6f) return false;
+  for (let i = 2; i < text.length; i++) {
+    const c = text.charCodeAt(i);
+    if (c < 0x30 || c > 0x37) return false;
+  }
+  return true;
+}
+
+/** `/^[-+]?[0-9]+$/` */
+export function isYamlInteger(text: string): boolean {
+  const start = isSign(text.charCodeAt(0)) ? 1 : 0;
+  return text.length > start && digitsEnd(text, start) === text.length;
+}
+
+/** `/^0x[0-9a-fA-F]+$/` */
+export function isYamlHex(text: string): boolean {
+  if (text.length < 3 || text.charCodeAt(0) !== 0x30 || text.charCodeAt(1) !== 0x78) return false;
+  for (let i = 2; i < text.length; i++) {
+    const c = text.charCodeAt(i);
+    const lower = c | 0x20; // A-F to a-f; no other character lands there
+    if (!isDigit(c) && !(lower >= 0x61 && lower <= 0x66)) return false;
+  }
+  return true;
+}
+
+/** `/^(?:[-+]?\.(?:inf|Inf|INF)|\.nan|\.NaN|\.NAN)$/`: a closed set of spellings. */
+export const YAML_INF_NAN: ReadonlySet<string> = new Set(['.inf', '.Inf', '.INF', '+.inf', '+.Inf', '+.INF', '-.inf', '-.Inf', '-.INF', '.nan', '.NaN', '.NAN']);
+
+/**
+ * Where a float's mantissa `[-+]?(?:\.[0-9]+|[0-9]+(?:\.[0-9]*)?)` ends, and whether it
+ * has a point; -1 when there is none. Shared by the two float shapes.
+ */
+function mantissaEnd(text: string): { end: number; point: boolean } {
+  let i = isSign(text.charCodeAt(0)) ? 1 : 0;
+  const intEnd = digitsEnd(text, i);
+  const intDigits = intEnd - i;
+  i = intEnd;
+  if (text.charCodeAt(i) !== 0x2e) return { end: intDigits > 0 ? i : -1, point: false };
+  const fractionEnd = digitsEnd(text, i + 1);
+  return { end: intDigits > 0 || fractionEnd > i + 1 ? fractionEnd : -1, point: true };
+}
+
+/** `/^[-+]?(?:\.[0-9]+|[0-9]+(?:\.[0-9]*)?)[eE][-+]?[0-9]+$/` */
+export function isYamlExponentFloat(text: string): boolean {
+  let { end: i } = mantissaEnd(text);
+  if (i < 0 || (text.charCodeAt(i) | 0x20) !== 0x65) return false;
+  i++;
+  if (isSign(text.charCodeAt(i))) i++;
+  return i < text.length && digitsEnd(text, i) === text.length;
+}
+
+/** `/^[-+]?(?:\.[0-9]+|[0-9]+\.[0-9]*)$/` */
+export function isYamlPointFloat(text: string): boolean {
+  const { end, point } = mantissaEnd(text);
+  return point && end === text.length;
+}
 
 /** `yaml`'s core schema, in its order: what a plain scalar's text means. */
 function resolvePlain(text: string): unknown {
@@ -125,11 +199,11 @@ function resolvePlain(text: string): unknown {
   // Every number starts with a digit, a sign or a dot: most scalars are strings, decided here.
   const first = text.charCodeAt(0);
   if (!((first >= 0x30 && first <= 0x39) || first === 0x2b || first === DASH || first === 0x2e)) return text;
-  if (/^0o[0-7]+$/.test(text)) return parseInt(text.slice(2), 8);
-  if (/^[-+]?[0-9]+$/.test(text)) return parseInt(text, 10);
-  if (/^0x[0-9a-fA-F]+$/.test(text)) return parseInt(text.slice(2), 16);
-  if (/^(?:[-+]?\.(?:inf|Inf|INF)|\.nan|\.NaN|\.NAN)$/.test(text)) return text.endsWith('nan') || text.endsWith('NaN') || text.endsWith('NAN') ? NaN : text[0] === '-' ? Number.NEGATIVE_INFINITY : Number.POSITIVE_INFINITY;
-  if (FLOAT_EXP.test(text) || FLOAT.test(text)) return parseFloat(text);
+  if (isYamlOctal(text)) return parseInt(text.slice(2), 8);
+  if (isYamlInteger(text)) return parseInt(text, 10);
+  if (isYamlHex(text)) return parseInt(text.slice(2), 16);
+  if (YAML_INF_NAN.has(text)) return text.endsWith('nan') || text.endsWith('NaN') || text.endsWith('NAN') ? NaN : text[0] === '-' ? Number.NEGATIVE_INFINITY : Number.POSITIVE_INFINITY;
+  if (isYamlExponentFloat(text) || isYamlPointFloat(text)) return parseFloat(text);
   return text;
 }
 
@@ -138,10 +212,10 @@ function plainScalar(text: string, start: number, end: number, after: number): S
   const value = resolvePlain(text);
   const scalar = newScalar(value);
   if (typeof value === 'number') {
-    if (/^0o[0-7]+$/.test(text)) scalar.format = 'OCT';
-    else if (/^0x[0-9a-fA-F]+$/.test(text)) scalar.format = 'HEX';
-    else if (FLOAT_EXP.test(text)) scalar.format = 'EXP';
-    else if (FLOAT.test(text) && text.endsWith('0')) scalar.minFractionDigits = text.length - text.indexOf('.') - 1;
+    if (isYamlOctal(text)) scalar.format = 'OCT';
+    else if (isYamlHex(text)) scalar.format = 'HEX';
+    else if (isYamlExponentFloat(text)) scalar.format = 'EXP';
+    else if (isYamlPointFloat(text) && text.endsWith('0')) scalar.minFractionDigits = text.length - text.indexOf('.') - 1;
   }
   return finish(scalar, text, 'PLAIN', start, end, after);
 }
@@ -584,7 +658,7 @@ class Reader {
       end = line = lineEnd + 1;
     }
     // Every line loses the content's indentation; a blank line (no deeper than it) all of its spaces.
-    const body = text.slice(first, end).replace(contentIndent === 2 ? INDENT_2 : new RegExp(`^ {0,${contentIndent}}`, 'gm'), '');
+    const body = dropLineIndent(text.slice(first, end), contentIndent);
     const value = strip ? body.slice(0, -1) : body;
     this.next = end;
     return finish(newScalar(value), value, 'BLOCK_LITERAL', start, end, end);
@@ -624,7 +698,34 @@ class Reader {
   }
 }
 
-const INDENT_2 = /^ {0,2}/gm;
+/**
+ * `text.replace(new RegExp(`^ {0,${max}}`, 'gm'), '')`: up to `max` spaces off the start of
+ * every line, a line starting after any of JS's line terminators as `^` does under `m`.
+ * A loop, not the regex: the regex was built and compiled per block scalar (cold-start cost,
+ * docs/benchmarks.md).
+ */
+export function dropLineIndent(text: string, max: number): string {
+  const parts: string[] = [];
+  let line = 0;
+  for (;;) {
+    let from = line;
+    while (from < text.length && from - line < max && text.charCodeAt(from) === 0x20) from++;
+    let next = from;
+    while (next < text.length && !isLineTerminator(text.charCodeAt(next))) next++;
+    if (next === text.length) {
+      parts.push(text.slice(from));
+      return parts.join('');
+    }
+    parts.push(text.slice(from, next + 1));
+    line = next + 1;
+  }
+}
+
+/** What ends a line for a regex's `^`, `$` and `.`: LF, CR, U+2028, U+2029. */
+export function isLineTerminator(c: number): boolean {
+  return c === 0x0a || c === 0x0d || c === 0x2028 || c === 0x2029;
+}
+
 const SPACES = / */y;
 
 /** The value of a node this parser built, as `yaml`'s toJS() gives it (no aliases, no merges, string keys). */

@@ -1,0 +1,55 @@
+/**
+ * A render is a short-lived process, and V8 compiles every regex on its first
+ * runs; the render's path replaces them by small scans (docs/benchmarks.md,
+ * "Since 2026-12-03"). Each scan is held here to the regex it replaces, kept
+ * as the oracle, on seeded text from an alphabet rich in the characters at
+ * their edges, and on hand-picked cases.
+ */
+import fc from 'fast-check';
+import { describe, expect, it } from 'vitest';
+import { dropLineIndent, isYamlExponentFloat, isYamlHex, isYamlInteger, isYamlOctal, isYamlPointFloat, YAML_INF_NAN } from '../../src/core/yaml/fast-parse.js';
+
+const SEED = 20261204;
+const RUNS = 20000;
+
+/** Pieces at the edges of the regexes below: digits, signs, points, `_`, exponent and radix letters, spaces of every kind, line terminators, controls, quotes. */
+const EDGE_PIECES = [
+  '0', '1', '7', '8', '9', '00', '0.', '.5', '+', '-', '.', '_', 'e', 'E', 'x', 'X', 'o', 'O', 'a', 'f', 'F', 'g', 'G', 'z', 'Z',
+  'inf', 'Inf', 'INF', 'nan', 'NaN', 'NAN', 'post', 'rc', 'v', 'cu', 'python', 'nvidia', 'kind:', 'containers', '# Source: ', '---',
+  ' ', '  ', '\t', '\r', '\n', '\r\n', '\v', '\f', '\u0000', '\u001f', '\u007f', '\u0085', '\u009f', '\u00a0', '\u1680', '\u2000', '\u200a', '\u2028', '\u2029', '\u202f', '\u3000', '\ufeff', '\ufffe', '\uffff', '\ud800', '\udfff', '\u212a', 'é',
+  '#', '"', "'", '\\', '/', ':', ';', '?', '$', '(', ')', '=', '&', '|', '@',
+];
+
+/** Seeded text from the edge pieces and any others given. */
+function edgeText(extra: readonly string[] = [], maxLength = 10): fc.Arbitrary<string> {
+  return fc.array(fc.constantFrom(...EDGE_PIECES, ...extra), { maxLength }).map((a) => a.join(''));
+}
+
+/** Holds `scan` to `oracle` on generated text and on the hand-picked cases. */
+function sameAnswers<T>(scan: (text: string) => T, oracle: (text: string) => T, cases: readonly string[], extra: readonly string[] = []): void {
+  for (const text of cases) expect(scan(text), JSON.stringify(text)).toEqual(oracle(text));
+  fc.assert(
+    fc.property(edgeText(extra), (text) => {
+      expect(scan(text)).toEqual(oracle(text));
+    }),
+    { numRuns: RUNS, seed: SEED },
+  );
+}
+
+describe('YAML core-schema number shapes (fast-parse)', () => {
+  const numbers = ['', '0', '-0', '+', '-', '.', '0o', '0o7', '0o8', '0o17', '00o7', '0x', '0x0', '0xfF', '0xg', '0X1', '1', '+1', '-12', '1_0', '1.', '.1', '-.1', '+1.', '1.5', '1.5.', '1e5', '1E+5', '1e-5', '1e', '.e1', '.5e1', '1.e1', '-1.5E-10', '1e1.', '1e5\n', ' 1', '1 ', '\u0661', '0x\u0010'];
+  const digitsAndLetters = ['0o', '0x', '1', '2', '5', '7', '8', 'b', 'c', 'd', 'A', 'B', '\u0010', '\u0019', '\u0041'];
+  it('/^0o[0-7]+$/', () => sameAnswers(isYamlOctal, (t) => /^0o[0-7]+$/.test(t), numbers, digitsAndLetters));
+  it('/^[-+]?[0-9]+$/', () => sameAnswers(isYamlInteger, (t) => /^[-+]?[0-9]+$/.test(t), numbers, digitsAndLetters));
+  it('/^0x[0-9a-fA-F]+$/', () => sameAnswers(isYamlHex, (t) => /^0x[0-9a-fA-F]+$/.test(t), numbers, digitsAndLetters));
+  it('FLOAT_EXP', () => sameAnswers(isYamlExponentFloat, (t) => /^[-+]?(?:\.[0-9]+|[0-9]+(?:\.[0-9]*)?)[eE][-+]?[0-9]+$/.test(t), numbers, digitsAndLetters));
+  it('inf and nan', () => sameAnswers((t) => YAML_INF_NAN.has(t), (t) => /^(?:[-+]?\.(?:inf|Inf|INF)|\.nan|\.NaN|\.NAN)$/.test(t), ['.inf', '-.Inf', '+.INF', '+.nan', '.nan', '.NaN', '.NAN', '.nAn', 'inf', '.inf\n'], ['.']));
+  it('FLOAT', () => sameAnswers(isYamlPointFloat, (t) => /^[-+]?(?:\.[0-9]+|[0-9]+\.[0-9]*)$/.test(t), numbers, digitsAndLetters));
+});
+
+describe('a block scalar loses its indentation (fast-parse)', () => {
+  const blocks = ['', ' ', '   a\n  b\n', '\n\n', '    x\n \n', 'a\r   b\u2028   c\u2029   d\r\n   e', '   ', '\n   '];
+  for (const max of [1, 2, 3, 4, 8, 14]) {
+    it(`/^ {0,${max}}/gm`, () => sameAnswers((t) => dropLineIndent(t, max), (t) => t.replace(new RegExp(`^ {0,${max}}`, 'gm'), ''), blocks, ['   ', '    ', ' a', '\n ', '\n  ', '\n     ']));
+  }
+});
