@@ -7,6 +7,7 @@
  */
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
+import { explicitKeyMark, nothingToEscape, onlyCommentToLineEnd, startsWithSpaceOrTab } from '../../src/core/yaml/edit.js';
 import { dropLineIndent, isYamlExponentFloat, isYamlHex, isYamlInteger, isYamlOctal, isYamlPointFloat, YAML_INF_NAN } from '../../src/core/yaml/fast-parse.js';
 
 const SEED = 20261204;
@@ -52,4 +53,13 @@ describe('a block scalar loses its indentation (fast-parse)', () => {
   for (const max of [1, 2, 3, 4, 8, 14]) {
     it(`/^ {0,${max}}/gm`, () => sameAnswers((t) => dropLineIndent(t, max), (t) => t.replace(new RegExp(`^ {0,${max}}`, 'gm'), ''), blocks, ['   ', '    ', ' a', '\n ', '\n  ', '\n     ']));
   }
+});
+
+describe('the edit (yaml/edit)', () => {
+  it('quoting: nothing to escape', () =>
+    sameAnswers(nothingToEscape, (t) => /^[^"\\\x00-\x1f\x7f-\x9f\u2028\u2029\ufeff\ud800-\udfff\ufffe\uffff]*$/.test(t), ['', 'vllm', '"', '\\', '\u0080', '\u00a0', '\u2027', '\u202a', '\ud7ff', '\ue000', '\ufefe', '\ufffd', '\u{1f600}', 'a\u001fb', '~\u007f'], ['\u2027', '\u202a', '\ud7ff', '\ue000', '\ufefe', '\ufffd', '~', '\u0020', '\u00ff']));
+  it('/^[ \\t]/', () => sameAnswers(startsWithSpaceOrTab, (t) => /^[ \t]/.test(t), ['', ' ', '\t', '\u00a0', 'a ']));
+  it('/\\?[ \\t]*$/: the explicit key mark', () => sameAnswers(explicitKeyMark, (t) => /\?[ \t]*$/.exec(t)?.index ?? -1, ['', '?', '? ', '  ? \t', '??', '? x', '?\n', 'a?', '? ?  '], ['?', '? ', '?\t']));
+  it('/^[ \\t]*(#.*)?\\r?\\n?$/: only a comment to the line end', () =>
+    sameAnswers(onlyCommentToLineEnd, (t) => /^[ \t]*(#.*)?\r?\n?$/.test(t), ['', '\n', '\r\n', '\n\n', '\r', '\r\r', ' # x\r\n', '# a\u2028', '#\u2029\n', ' x', '\t#\t\r\n', '# x \r', '#\r#\n'], ['#', '# x']));
 });

@@ -6,6 +6,7 @@
 import { isAlias, isScalar, isSeq, type Node, type Pair, type YAMLMap } from 'yaml';
 import { PreflightError, type ErrorDetails } from '../errors.js';
 import { effectivePair, keyName, resolveAlias, type ParsedDocument } from './nodes.js';
+import { isLineTerminator } from './fast-parse.js';
 
 export interface TextEdit {
   start: number;
@@ -31,11 +32,9 @@ export function applyEdits(text: string, edits: readonly TextEdit[]): string {
  * `yaml` package, PyYAML) reads back as exactly `value`: every character that
  * is not printable, or that YAML 1.1 treats as a line break, is escaped.
  */
-const NOTHING_TO_ESCAPE = /^[^"\\\x00-\x1f\x7f-\x9f\u2028\u2029\ufeff\ud800-\udfff\ufffe\uffff]*$/;
-
 export function quoteYamlString(value: string): string {
-  // Most items need no escape: one regex test instead of a walk over the characters.
-  if (NOTHING_TO_ESCAPE.test(value)) return `"${value}"`;
+  // Most items need no escape: a scan of the code units instead of a walk over the characters.
+  if (nothingToEscape(value)) return `"${value}"`;
   let out = '"';
   for (const ch of value) {
     const code = ch.codePointAt(0)!;
@@ -50,17 +49,37 @@ export function quoteYamlString(value: string): string {
   return `${out}"`;
 }
 
+/**
+ * `/^[^"\\\x00-\x1f\x7f-\x9f\u2028\u2029\ufeff\ud800-\udfff\ufffe\uffff]*$/.test(value)`:
+ * no code unit quoteYamlString escapes. A loop, not the regex: a render runs it in a fresh
+ * process, where each regex costs its compilation on the first runs (docs/benchmarks.md).
+ */
+export function nothingToEscape(value: string): boolean {
+  for (let i = 0; i < value.length; i++) {
+    const c = value.charCodeAt(i);
+    if (c < 0x20 || c === 0x22 || c === 0x5c || (c >= 0x7f && c <= 0x9f)) return false;
+    if (c >= 0x2028 && (c === 0x2028 || c === 0x2029 || c === 0xfeff || (c >= 0xd800 && c <= 0xdfff) || c === 0xfffe || c === 0xffff)) return false;
+  }
+  return true;
+}
+
 /** An anchor (`&name `) kept on the item it labelled, so aliases elsewhere still resolve to the same value. */
 function anchorOf(anchors: readonly (string | undefined)[] | undefined, i: number): string {
   const name = anchors?.[i];
   return name === undefined ? '' : `&${name} `;
 }
 
+/** `/^[ \t]/.test(text)`, without a regex's cold-start cost in a render (docs/benchmarks.md). */
+export function startsWithSpaceOrTab(text: string): boolean {
+  const c = text.charCodeAt(0);
+  return c === 0x20 || c === 0x09;
+}
+
 /** A literal block scalar item, so the script reads as a script in the rendered manifest. */
 function blockScalarItem(value: string, itemIndent: string): string[] {
   const body = value.endsWith('\n') ? value.slice(0, -1) : value;
   // A literal block cannot hold a CR, nor start with indentation it would take as its own.
-  if (body === '' || body.includes('\r') || /^[ \t]/.test(body)) return [`${itemIndent}- ${quoteYamlString(value)}`];
+  if (body === '' || body.includes('\r') || startsWithSpaceOrTab(body)) return [`${itemIndent}- ${quoteYamlString(value)}`];
   const chomp = !value.endsWith('\n') ? '-' : value.endsWith('\n\n') ? '+' : '';
   const indent = `${itemIndent}  `;
   const lines = body.split('\n');
@@ -105,8 +124,32 @@ function pastLineEnd(text: string, offset: number): number {
 function pairStart(text: string, pair: Pair): number {
   const keyStart = (pair.key as Node).range![0];
   const before = text.slice(lineStart(text, keyStart), keyStart);
-  const explicit = /\?[ \t]*$/.exec(before);
-  return explicit ? keyStart - before.length + explicit.index : keyStart;
+  const explicit = explicitKeyMark(before);
+  return explicit === -1 ? keyStart : keyStart - before.length + explicit;
+}
+
+/**
+ * `/\?[ \t]*$/.exec(before)?.index ?? -1`: the `?` that only spaces and tabs follow. A scan,
+ * not the regex (cold-start cost of a regex in a render's fresh process; docs/benchmarks.md).
+ */
+export function explicitKeyMark(before: string): number {
+  let i = before.length;
+  while (i > 0 && (before.charCodeAt(i - 1) === 0x20 || before.charCodeAt(i - 1) === 0x09)) i--;
+  return before.charCodeAt(i - 1) === 0x3f ? i - 1 : -1;
+}
+
+/**
+ * `/^[ \t]*(#.*)?\r?\n?$/.test(rest)`: the rest of a line holds nothing but spaces, tabs and
+ * a comment. A scan, not the regex (cold-start cost; docs/benchmarks.md).
+ */
+export function onlyCommentToLineEnd(rest: string): boolean {
+  let i = 0;
+  while (rest.charCodeAt(i) === 0x20 || rest.charCodeAt(i) === 0x09) i++;
+  // `.` stops at any line terminator.
+  if (rest.charCodeAt(i) === 0x23) while (i < rest.length && !isLineTerminator(rest.charCodeAt(i))) i++;
+  if (rest.charCodeAt(i) === 0x0d) i++;
+  if (rest.charCodeAt(i) === 0x0a) i++;
+  return i === rest.length;
 }
 
 function valueEnd(pair: Pair): number {
@@ -149,7 +192,7 @@ export function startEdits(
     const keyStart = pairStart(text, pair);
     const end = pastLineEnd(text, valueEnd(pair));
     const rest = text.slice(valueEnd(pair), end);
-    if (!/^[ \t]*(#.*)?\r?\n?$/.test(rest)) {
+    if (!onlyCommentToLineEnd(rest)) {
       throw new PreflightError('UNSUPPORTED_LAYOUT', `the container's ${keyName(pair)} is followed by other content on its last line`, {
         ...context,
         fix: 'put command and args on lines of their own',
