@@ -24,7 +24,7 @@ import { verifyEditedChunk, type IntendedStart } from './yaml/verify.js';
 import { KINDS_WITHOUT_CONTAINERS } from './tables/workloads.js';
 import { mentionsAnyLowered, TARGET_WORDS } from './decide/target-words.js';
 import { mentionMayDecide } from './decide/deciding-mentions.js';
-import { parseDocuments } from './yaml/fast-parse.js';
+import { isLineTerminator, parseDocuments } from './yaml/fast-parse.js';
 import { effectiveGet, findDuplicateKeys, resolveAlias, type ParsedDocument } from './yaml/nodes.js';
 
 export type { Action, ContainerReport } from './decide/container.js';
@@ -75,22 +75,63 @@ export function candidateTest(options: Options, rule: CandidateRule): (text: str
   // A word that holds another one adds nothing to the test but time (every built-in repository names vllm, llm-d or huggingfaceserver).
   const words = [...new Set(all)].filter((w, _, list) => !list.some((other) => other !== w && w.includes(other)));
 
-  const containersKey = /containers['"]?\s*:/;
-  // The regex only where the word is: a native search rules most documents out at once.
-  const hasContainers = (text: string): boolean => text.includes('containers') && containersKey.test(text);
-  // Operator resources (Dynamo, KubeAI), OpenShift templates and KServe's model predictors carry no `containers` key of their own, yet explain must name them.
-  const operatorKind = new RegExp(`^kind:[ \\t]*['"]?(${KINDS_WITHOUT_CONTAINERS.join('|')})\\b`, 'm');
   const sharp = rule === 'deciding-mention';
   return (text) => {
     if (text.includes('\\')) return true;
     // The mention first: it rules most documents out with plain searches, before any regex runs.
     const lower = text.toLowerCase();
     if (!mentionsAnyLowered(lower, words)) return false;
-    if (!hasContainers(text)) return operatorKind.test(text);
+    // Operator resources (Dynamo, KubeAI), OpenShift templates and KServe's model predictors carry no `containers` key of their own, yet explain must name them.
+    if (!hasContainersKey(text)) return kindLineNames(text, KINDS_WITHOUT_CONTAINERS);
     if (!sharp) return true;
     // The line test first: it stops at the first mention that counts, which most documents with a vLLM container reach early.
     return mentionMayDecide(lower, words) || lower.includes('memory-utilization') || lower.includes('memory_utilization') || namesKindWithoutContainers(text);
   };
+}
+
+// The scans below stand for regexes: a render is a fresh process, where each regex costs its
+// compilation on its first runs (docs/benchmarks.md); test/core/cold-regexes.test.ts holds
+// each scan to its regex.
+
+/** `/containers['"]?\s*:/.test(text)`: a `containers` key, quoted or not. */
+export function hasContainersKey(text: string): boolean {
+  for (let at = text.indexOf('containers'); at !== -1; at = text.indexOf('containers', at + 1)) {
+    let i = at + 'containers'.length;
+    const c = text.charCodeAt(i);
+    if (c === 0x22 || c === 0x27) i++;
+    while (isJsWhitespace(text.charCodeAt(i))) i++;
+    if (text.charCodeAt(i) === 0x3a) return true;
+  }
+  return false;
+}
+
+/** What a regex's `\s` matches: JS's WhiteSpace and LineTerminator characters. */
+export function isJsWhitespace(c: number): boolean {
+  if (c < 0x80) return c === 0x20 || (c >= 0x09 && c <= 0x0d);
+  return c === 0xa0 || c === 0x1680 || (c >= 0x2000 && c <= 0x200a) || c === 0x2028 || c === 0x2029 || c === 0x202f || c === 0x205f || c === 0x3000 || c === 0xfeff;
+}
+
+/**
+ * `new RegExp(`^kind:[ \\t]*['"]?(${kinds.join('|')})\\b`, 'm').test(text)`: a line that
+ * starts with `kind:` naming one of the kinds, as a whole word (kinds are plain names).
+ */
+export function kindLineNames(text: string, kinds: readonly string[]): boolean {
+  for (let at = text.indexOf('kind:'); at !== -1; at = text.indexOf('kind:', at + 1)) {
+    if (at > 0 && !isLineTerminator(text.charCodeAt(at - 1))) continue;
+    let i = at + 'kind:'.length;
+    while (text.charCodeAt(i) === 0x20 || text.charCodeAt(i) === 0x09) i++;
+    const c = text.charCodeAt(i);
+    if (c === 0x22 || c === 0x27) i++;
+    for (const kind of kinds) {
+      if (text.startsWith(kind, i) && !isRegexWordCharacter(text.charCodeAt(i + kind.length))) return true;
+    }
+  }
+  return false;
+}
+
+/** What `\b` takes for a word character: ASCII letters, digits and `_`. */
+function isRegexWordCharacter(c: number): boolean {
+  return isWordCharacter(c) || c === 0x5f;
 }
 
 /**
@@ -144,12 +185,53 @@ function nodeAt(root: unknown, path: readonly (string | number)[], doc: ParsedDo
   return node;
 }
 
-const SOURCE_COMMENT = /^# Source: (.+?)\r?$/m;
-/** A chunk of comments only: Helm 4 prints `---\n# Source: x\n---\n<document>`. */
-const COMMENTS_ONLY = /^(---[ \t]*\r?\n?)?([ \t]*(#.*)?\r?(\n|$))*$/;
-
 function sourceOf(before: string, previousChunk: string | undefined): string | undefined {
-  return SOURCE_COMMENT.exec(before)?.[1] ?? (previousChunk !== undefined && COMMENTS_ONLY.test(previousChunk) ? SOURCE_COMMENT.exec(previousChunk)?.[1] : undefined);
+  // Helm 4 prints `---\n# Source: x\n---\n<document>`: the name is in a chunk of comments only before it.
+  return sourceComment(before) ?? (previousChunk !== undefined && commentsOnly(previousChunk) ? sourceComment(previousChunk) : undefined);
+}
+
+/**
+ * `/^# Source: (.+?)\r?$/m.exec(text)?.[1]`: the name on the first `# Source: ` line with one.
+ * `.` stops at any line terminator, so the name runs to the line's end, less a CR.
+ */
+export function sourceComment(text: string): string | undefined {
+  const mark = '# Source: ';
+  for (let at = text.indexOf(mark); at !== -1; at = text.indexOf(mark, at + 1)) {
+    if (at > 0 && !isLineTerminator(text.charCodeAt(at - 1))) continue;
+    const from = at + mark.length;
+    let end = from;
+    while (end < text.length && !isLineTerminator(text.charCodeAt(end))) end++;
+    if (end > from) return text.slice(from, end);
+  }
+  return undefined;
+}
+
+/**
+ * `/^(---[ \t]*\r?\n?)?([ \t]*(#.*)?\r?(\n|$))*$/.test(text)`: an optional `---` line, then
+ * lines of comments or blanks only. The regex may end the `---` line after its spaces, its
+ * CR or its LF: each is tried.
+ */
+export function commentsOnly(text: string): boolean {
+  if (!text.startsWith('---')) return commentLinesFrom(text, 0);
+  let i = 3;
+  while (text.charCodeAt(i) === 0x20 || text.charCodeAt(i) === 0x09) i++;
+  if (commentLinesFrom(text, i)) return true;
+  const cr = text.charCodeAt(i) === 0x0d ? i + 1 : i;
+  if (cr > i && commentLinesFrom(text, cr)) return true;
+  return text.charCodeAt(cr) === 0x0a && commentLinesFrom(text, cr + 1);
+}
+
+/** `([ \t]*(#.*)?\r?(\n|$))*$` from `i`. */
+function commentLinesFrom(text: string, i: number): boolean {
+  while (i < text.length) {
+    while (text.charCodeAt(i) === 0x20 || text.charCodeAt(i) === 0x09) i++;
+    if (text.charCodeAt(i) === 0x23) while (i < text.length && !isLineTerminator(text.charCodeAt(i))) i++;
+    if (text.charCodeAt(i) === 0x0d) i++;
+    if (i === text.length) return true;
+    if (text.charCodeAt(i) !== 0x0a) return false;
+    i++;
+  }
+  return true;
 }
 
 function documentRef(lines: LineIndex, chunk: Chunk, doc: ParsedDocument, value: Plain | undefined, index: number, previousChunk: string | undefined): DocumentRef {

@@ -8,6 +8,8 @@
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 import { explicitKeyMark, nothingToEscape, onlyCommentToLineEnd, startsWithSpaceOrTab } from '../../src/core/yaml/edit.js';
+import { commentsOnly, hasContainersKey, kindLineNames, sourceComment } from '../../src/core/transform.js';
+import { KINDS_WITHOUT_CONTAINERS } from '../../src/core/tables/workloads.js';
 import { dropLineIndent, isYamlExponentFloat, isYamlHex, isYamlInteger, isYamlOctal, isYamlPointFloat, YAML_INF_NAN } from '../../src/core/yaml/fast-parse.js';
 
 const SEED = 20261204;
@@ -62,4 +64,22 @@ describe('the edit (yaml/edit)', () => {
   it('/\\?[ \\t]*$/: the explicit key mark', () => sameAnswers(explicitKeyMark, (t) => /\?[ \t]*$/.exec(t)?.index ?? -1, ['', '?', '? ', '  ? \t', '??', '? x', '?\n', 'a?', '? ?  '], ['?', '? ', '?\t']));
   it('/^[ \\t]*(#.*)?\\r?\\n?$/: only a comment to the line end', () =>
     sameAnswers(onlyCommentToLineEnd, (t) => /^[ \t]*(#.*)?\r?\n?$/.test(t), ['', '\n', '\r\n', '\n\n', '\r', '\r\r', ' # x\r\n', '# a\u2028', '#\u2029\n', ' x', '\t#\t\r\n', '# x \r', '#\r#\n'], ['#', '# x']));
+});
+
+describe('the candidate test and document refs (transform)', () => {
+  it('/containers[\'"]?\\s*:/', () =>
+    sameAnswers(hasContainersKey, (t) => /containers['"]?\s*:/.test(t), ['containers:', 'containers :', '"containers":', "'containers'\u3000:", 'containers""', 'containers\u2028\n\t:', 'containers\u200b:', 'initContainers:', 'containerss:', 'containers containers:'], ['containers', ':']));
+
+  it('the operator-kind line', () => {
+    expect(KINDS_WITHOUT_CONTAINERS.every((k) => /^[A-Za-z]+$/.test(k))).toBe(true);
+    const regex = new RegExp(`^kind:[ \\t]*['"]?(${KINDS_WITHOUT_CONTAINERS.join('|')})\\b`, 'm');
+    const kinds = [...KINDS_WITHOUT_CONTAINERS, ...KINDS_WITHOUT_CONTAINERS.map((k) => k.slice(0, -1)), ...KINDS_WITHOUT_CONTAINERS.map((k) => `${k}s`)];
+    sameAnswers((t) => kindLineNames(t, KINDS_WITHOUT_CONTAINERS), (t) => regex.test(t), [`kind: ${KINDS_WITHOUT_CONTAINERS[0]}`, `a\rkind:\t"${KINDS_WITHOUT_CONTAINERS[0]}"`, `x kind: ${KINDS_WITHOUT_CONTAINERS[0]}`, `kind: ${KINDS_WITHOUT_CONTAINERS[0]}_x`, `kind: ${KINDS_WITHOUT_CONTAINERS[0]}é`], ['kind:', 'kind: ', '\nkind:', '_', ...kinds]);
+  });
+
+  it('/^# Source: (.+?)\\r?$/m', () =>
+    sameAnswers(sourceComment, (t) => /^# Source: (.+?)\r?$/m.exec(t)?.[1], ['# Source: a/b.yaml', '# Source: \n# Source: x\r\n', 'x# Source: a', '\u2028# Source: a\u2029', '# Source: a\r', '# Source: \r', '# Source: # Source: b'], ['# Source: ', '\n# Source: ', 'a.yaml']));
+
+  it('COMMENTS_ONLY', () =>
+    sameAnswers(commentsOnly, (t) => /^(---[ \t]*\r?\n?)?([ \t]*(#.*)?\r?(\n|$))*$/.test(t), ['', '---', '---\n# Source: a\n', '--- \r\r', '---\r\r\n', '---\r\n\r', '--- # x', '---\n---\n', '# a\u2028', '\r', '\r\r', '#\r#\r\n', ' \n\t\n'], ['---', '--- ', '# x', '# Source: a']));
 });
