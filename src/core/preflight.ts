@@ -16,6 +16,7 @@
  */
 
 import { PreflightError, type ErrorCode } from './errors.js';
+import { readPythonFloat, trimPythonSpace } from './python-float.js';
 
 /** First characters of every generated script; also how a wrapped container is recognised. */
 export const PREFLIGHT_MARKER_PREFIX = '# vram-preflight ';
@@ -112,7 +113,23 @@ function integerIn(what: keyof PreflightSettings, v: unknown, min: number, max: 
 /** A number's shortest decimal spelling, if it is plain `D+(.D{1,maxDecimals})?`. */
 function plainDecimal(v: number, maxDecimals: number): string | undefined {
   const s = String(v);
-  return new RegExp(`^\\d+(\\.\\d{1,${maxDecimals}})?$`).test(s) ? s : undefined;
+  return isPlainDecimal(s, maxDecimals) ? s : undefined;
+}
+
+/** `new RegExp(`^\\d+(\\.\\d{1,${maxDecimals}})?$`).test(s)`, without building and compiling a regex per call in a render (docs/benchmarks.md). */
+export function isPlainDecimal(s: string, maxDecimals: number): boolean {
+  let i = 0;
+  while (isAsciiDigit(s.charCodeAt(i))) i++;
+  if (i === 0) return false;
+  if (i === s.length) return true;
+  if (s.charCodeAt(i) !== 0x2e) return false;
+  const point = i++;
+  while (isAsciiDigit(s.charCodeAt(i))) i++;
+  return i === s.length && i - point - 1 >= 1 && i - point - 1 <= maxDecimals;
+}
+
+function isAsciiDigit(c: number): boolean {
+  return c >= 0x30 && c <= 0x39;
 }
 
 /**
@@ -121,34 +138,57 @@ function plainDecimal(v: number, maxDecimals: number): string | undefined {
  * whitespace around it (" \t\n\v\f\r": a Secret made with --from-file ends in a newline).
  * float() also reads non-ASCII digits and spaces, "inf" and "nan": none of them is taken here.
  */
-const PY_FLOAT = /^([+-]?)((?:\d+(?:_\d+)*)?\.\d+(?:_\d+)*|\d+(?:_\d+)*\.?)(?:[eE]([+-]?\d+(?:_\d+)*))?$/;
-const PY_SPACE = /^[ \t\n\v\f\r]+|[ \t\n\v\f\r]+$/g;
-
 /**
- * A utilization written the way Python's float() reads it (PY_FLOAT), rounded UP to 6
+ * A utilization written the way Python's float() reads it (readPythonFloat), rounded UP to 6
  * decimals and spelled `1` or `0.DDDDDD` without trailing zeros; undefined unless
  * 1e-323 <= value <= 1 (below that float() reads 0 or a denormal). Exact: works on the
  * digits, not on a binary float. Rounding up asks for at most 1e-6 x total more, 1 MiB on
  * a 143 GiB GPU. The script's UTIL_AWK does the same for a value read at run time.
  */
 export function roundUtilizationUp(text: string): string | undefined {
-  const m = PY_FLOAT.exec(text.replace(PY_SPACE, ''));
-  if (!m || m[1] === '-') return undefined;
-  const mantissa = m[2]!.replaceAll('_', '');
+  const m = readPythonFloat(trimPythonSpace(text));
+  if (!m || m.sign === '-') return undefined;
+  const mantissa = m.mantissa.replaceAll('_', '');
   const dot = mantissa.indexOf('.');
   let digits = mantissa.replace('.', '');
   let point = dot < 0 ? mantissa.length : dot; // value = 0.digits x 10^point
-  const lead = /^0*/.exec(digits)![0].length;
+  const lead = leadingZeros(digits);
   digits = digits.slice(lead);
   point -= lead;
   if (digits === '') return undefined; // zero
-  point += Number((m[3] ?? '0').replaceAll('_', ''));
+  point += Number((m.exponent ?? '0').replaceAll('_', ''));
   if (point > 1 || point < -322) return undefined; // >= 10, or < 1e-323
   const n = point + PREFLIGHT_LIMITS.utilizationMaxDecimals;
   let micro = n < 1 ? 1 : Number(digits.slice(0, n).padEnd(n, '0'));
-  if (n >= 1 && /[1-9]/.test(digits.slice(n))) micro++;
+  if (n >= 1 && hasNonZeroDigit(digits, n)) micro++;
   if (micro > 1_000_000) return undefined;
-  return micro === 1_000_000 ? '1' : `0.${String(micro).padStart(6, '0').replace(/0+$/, '')}`;
+  return micro === 1_000_000 ? '1' : `0.${withoutTrailingZeros(String(micro).padStart(6, '0'))}`;
+}
+
+// The small scans below stand for regexes (named in each): a render runs them in a fresh
+// process, where each regex costs its compilation on its first runs (docs/benchmarks.md).
+
+// `/^0*/.exec(digits)[0].length`: the leading zeros.
+export function leadingZeros(digits: string): number {
+  let n = 0;
+  while (digits.charCodeAt(n) === 0x30) n++;
+  return n;
+}
+
+/** `/[1-9]/.test(digits.slice(from))` */
+export function hasNonZeroDigit(digits: string, from: number): boolean {
+  for (let i = Math.max(from, 0); i < digits.length; i++) {
+    const c = digits.charCodeAt(i);
+    if (c >= 0x31 && c <= 0x39) return true;
+  }
+  return false;
+}
+
+/** `text.replace(/0+$/, '')` */
+export function withoutTrailingZeros(text: string): string {
+  let end = text.length;
+  while (end > 0 && text.charCodeAt(end - 1) === 0x30) end--;
+  return text.slice(0, end);
 }
 
 function validUtilization(v: unknown): string {
@@ -169,7 +209,7 @@ function validPollInterval(v: unknown): string {
 }
 
 function validVersion(v: unknown): string {
-  if (typeof v !== 'string' || !/^[0-9A-Za-z][0-9A-Za-z.+-]{0,63}$/.test(v)) {
+  if (typeof v !== 'string' || !isVersionText(v)) {
     fail('version', v, 'must be 1-64 characters of [0-9A-Za-z.+-]');
   }
   return v;
@@ -180,12 +220,36 @@ function validPath(v: unknown): string {
   if (
     typeof v !== 'string' ||
     v.length > max ||
-    !/^\/[A-Za-z0-9._/-]*$/.test(v) ||
+    !isPlainAbsolutePath(v) ||
     v.split('/').some((part) => part === '..')
   ) {
     fail('terminationMessagePath', v, 'must be an absolute path of [A-Za-z0-9._/-] without ".."');
   }
   return v;
+}
+
+/** `/^[0-9A-Za-z][0-9A-Za-z.+-]{0,63}$/.test(v)` (a scan: cold-start cost of a regex in a render; docs/benchmarks.md) */
+export function isVersionText(v: string): boolean {
+  if (v.length < 1 || v.length > 64 || !isAsciiAlphanumeric(v.charCodeAt(0))) return false;
+  for (let i = 1; i < v.length; i++) {
+    const c = v.charCodeAt(i);
+    if (!isAsciiAlphanumeric(c) && c !== 0x2e && c !== 0x2b && c !== 0x2d) return false;
+  }
+  return true;
+}
+
+/** `/^\/[A-Za-z0-9._/-]*$/.test(v)` (a scan: cold-start cost of a regex in a render; docs/benchmarks.md) */
+export function isPlainAbsolutePath(v: string): boolean {
+  if (v.charCodeAt(0) !== 0x2f) return false;
+  for (let i = 1; i < v.length; i++) {
+    const c = v.charCodeAt(i);
+    if (!isAsciiAlphanumeric(c) && c !== 0x2e && c !== 0x5f && c !== 0x2f && c !== 0x2d) return false;
+  }
+  return true;
+}
+
+function isAsciiAlphanumeric(c: number): boolean {
+  return isAsciiDigit(c) || (c >= 0x41 && c <= 0x5a) || (c >= 0x61 && c <= 0x7a);
 }
 
 function validMode(v: unknown): 'warn' | 'fail' {

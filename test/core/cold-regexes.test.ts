@@ -10,6 +10,9 @@ import { describe, expect, it } from 'vitest';
 import { explicitKeyMark, nothingToEscape, onlyCommentToLineEnd, startsWithSpaceOrTab } from '../../src/core/yaml/edit.js';
 import { commentsOnly, hasContainersKey, kindLineNames, sourceComment } from '../../src/core/transform.js';
 import { KINDS_WITHOUT_CONTAINERS } from '../../src/core/tables/workloads.js';
+import { mentionsUtilizationFlag, isPythonFloatText } from '../../src/core/decide/utilization.js';
+import { hasNonZeroDigit, isPlainAbsolutePath, isPlainDecimal, isVersionText, leadingZeros, withoutTrailingZeros } from '../../src/core/preflight.js';
+import { readPythonFloat, trimPythonSpace } from '../../src/core/python-float.js';
 import { dropLineIndent, isYamlExponentFloat, isYamlHex, isYamlInteger, isYamlOctal, isYamlPointFloat, YAML_INF_NAN } from '../../src/core/yaml/fast-parse.js';
 
 const SEED = 20261204;
@@ -82,4 +85,36 @@ describe('the candidate test and document refs (transform)', () => {
 
   it('COMMENTS_ONLY', () =>
     sameAnswers(commentsOnly, (t) => /^(---[ \t]*\r?\n?)?([ \t]*(#.*)?\r?(\n|$))*$/.test(t), ['', '---', '---\n# Source: a\n', '--- \r\r', '---\r\r\n', '---\r\n\r', '--- # x', '---\n---\n', '# a\u2028', '\r', '\r\r', '#\r#\r\n', ' \n\t\n'], ['---', '--- ', '# x', '# Source: a']));
+});
+
+describe('the utilization readers and the settings checks (preflight, decide/utilization)', () => {
+  const floats = ['', '0', '.', '+', '-', '0.9', '.9', '9.', '+.9', '-0.9', '1_0', '1__0', '_1', '1_', '1_.5', '1._5', '.5_5', '9e-1', '9E+1_0', '9e', '9e_1', '1.e5', '.e5', 'e5', '1e5.', ' 0.9', '0.9\n', '\u0661', '0x1', 'inf', 'nan', '1.2.3'];
+  const floatPieces = ['1', '0', '9', '_', '.', 'e', 'E', '+', '-', '_1', '.5'];
+  it('the settings reader: PY_FLOAT with its captures', () => {
+    const regex = /^([+-]?)((?:\d+(?:_\d+)*)?\.\d+(?:_\d+)*|\d+(?:_\d+)*\.?)(?:[eE]([+-]?\d+(?:_\d+)*))?$/;
+    sameAnswers(readPythonFloat, (t) => {
+      const m = regex.exec(t);
+      return m ? { sign: m[1], mantissa: m[2], ...(m[3] === undefined ? {} : { exponent: m[3] }) } : undefined;
+    }, floats, floatPieces);
+  });
+  it("the flag's reader: PY_FLOAT", () =>
+    sameAnswers(isPythonFloatText, (t) => /^\+?(?:\d+(?:_\d+)*(?:\.(?:\d+(?:_\d+)*)?)?|\.\d+(?:_\d+)*)(?:[eE][+-]?\d+(?:_\d+)*)?$/.test(t), floats, floatPieces));
+  it('PY_SPACE', () => sameAnswers(trimPythonSpace, (t) => t.replace(/^[ \t\n\v\f\r]+|[ \t\n\v\f\r]+$/g, ''), ['', ' ', ' \t\n\v\f\r0.9\r\n ', '\u00a00.9\u00a0', '0 .9'], floatPieces));
+  it('/^0*/, /[1-9]/, /0+$/', () => {
+    sameAnswers(leadingZeros, (t) => /^0*/.exec(t)![0].length, ['', '0', '000', '0010', '1'], floatPieces);
+    sameAnswers(withoutTrailingZeros, (t) => t.replace(/0+$/, ''), ['', '0', '000', '0100', '100'], floatPieces);
+    for (const from of [0, 1, 2, 5]) sameAnswers((t) => hasNonZeroDigit(t, from), (t) => /[1-9]/.test(t.slice(from)), ['', '0', '0001', '10', '00'], floatPieces);
+  });
+  it('gpu[-_]memory[-_]utilization', () =>
+    sameAnswers(mentionsUtilizationFlag, (t) => /gpu[-_]memory[-_]utilization/.test(t), ['--gpu-memory-utilization=0.9', 'gpu_memory_utilization', 'gpu-memory_utilizatio', 'gpumemory-utilization', 'xgpu-memory-utilizationx', 'memory-utilization', 'gpu-memory-memory-utilization', 'gpu-gpu-memory-utilization'], ['gpu', 'gpu-', 'gpu_', 'memory', 'memory-', 'memory_', 'utilization', 'GPU']));
+  it('the poll interval: ^\\d+(\\.\\d{1,N})?$', () => {
+    for (const max of [1, 2, 3, 6]) {
+      const regex = new RegExp(`^\\d+(\\.\\d{1,${max}})?$`);
+      sameAnswers((t) => isPlainDecimal(t, max), (t) => regex.test(t), ['1', '1.', '.5', '0.5', '1.25', '1.250', '1.2345678', '1e-7', '12'], floatPieces);
+    }
+  });
+  it('the version: /^[0-9A-Za-z][0-9A-Za-z.+-]{0,63}$/', () =>
+    sameAnswers(isVersionText, (t) => /^[0-9A-Za-z][0-9A-Za-z.+-]{0,63}$/.test(t), ['', 'v', '0.3.0', '.3', '-1', 'a'.repeat(64), 'a'.repeat(65), `a${'.'.repeat(63)}`, 'a_b', 'a/b'], ['aaaaaaaaaa', '.+-', 'Z', '[', '`', '{', '@']));
+  it('the termination message path: /^\\/[A-Za-z0-9._/-]*$/', () =>
+    sameAnswers(isPlainAbsolutePath, (t) => /^\/[A-Za-z0-9._/-]*$/.test(t), ['', '/', '/dev/termination-log', 'dev', '/a b', '/a..b', '/é'], ['/', '/a', '..', '[', '`', '{', '@']));
 });

@@ -5,11 +5,11 @@
  * model (too much) or lets the race through (too little).
  */
 import { PreflightError, type ErrorDetails } from '../errors.js';
+import { readPythonFloat } from '../python-float.js';
 
 const FLAG_NAMES = ['--gpu-memory-utilization', '--gpu_memory_utilization'];
 /** The flag inside one shell-string argument (`sh -c "vllm serve … --gpu-memory-utilization 0.8"`). */
 const FLAG_IN_TEXT = /--gpu[-_]memory[-_]utilization(?:=|[ \t]+)(['"]?)([^\s'";&|]+)\1(?=$|[\s;&|])/g;
-const MENTION = /gpu[-_]memory[-_]utilization/;
 /** `$(NAME)`: the kubelet replaces it with the container's env var NAME. */
 const KUBE_REFERENCE = /^\$\(([^)]+)\)$/;
 
@@ -64,7 +64,7 @@ function findInArgv(start: readonly string[]): Found | 'unreadable' | undefined 
       }
       continue;
     }
-    if (MENTION.test(item)) {
+    if (mentionsUtilizationFlag(item)) {
       const matches = [...item.matchAll(FLAG_IN_TEXT)];
       if (matches.length === 1 && !/\$/.test(matches[0]![2]!)) {
         found = { raw: matches[0]![2]!, origin: `"${matches[0]![0]}" inside a shell command`, inShellText: true };
@@ -77,12 +77,31 @@ function findInArgv(start: readonly string[]): Found | 'unreadable' | undefined 
   return found;
 }
 
-/** Python's float() syntax, as vLLM's argparse reads the flag: `0.9`, `.9`, `+0.9`, `9e-1`, `0.9_5`. */
-const PY_FLOAT = /^\+?(?:\d+(?:_\d+)*(?:\.(?:\d+(?:_\d+)*)?)?|\.\d+(?:_\d+)*)(?:[eE][+-]?\d+(?:_\d+)*)?$/;
+/**
+ * `/gpu[-_]memory[-_]utilization/.test(item)`: the flag's name in any of its four spellings.
+ * A scan, not the regex: a render runs it on every argv item in a fresh process, where each
+ * regex costs its compilation on its first runs (docs/benchmarks.md).
+ */
+export function mentionsUtilizationFlag(item: string): boolean {
+  for (let at = item.indexOf('memory', 4); at !== -1; at = item.indexOf('memory', at + 1)) {
+    if (isDashOrUnderscore(item.charCodeAt(at - 1)) && item.startsWith('gpu', at - 4) && isDashOrUnderscore(item.charCodeAt(at + 6)) && item.startsWith('utilization', at + 7)) return true;
+  }
+  return false;
+}
+
+function isDashOrUnderscore(c: number): boolean {
+  return c === 0x2d || c === 0x5f;
+}
+
+/** Python's float() syntax, as vLLM's argparse reads the flag: `0.9`, `.9`, `+0.9`, `9e-1`, `0.9_5` (no `-`: no fraction is negative). */
+export function isPythonFloatText(text: string): boolean {
+  const parts = readPythonFloat(text);
+  return parts !== undefined && parts.sign !== '-';
+}
 
 export function parseUtilizationValue(raw: string, where: string, context: ErrorDetails): number {
   const text = raw.trim();
-  const value = PY_FLOAT.test(text) ? Number(text.replaceAll('_', '')) : Number.NaN;
+  const value = isPythonFloatText(text) ? Number(text.replaceAll('_', '')) : Number.NaN;
   if (!(value > 0 && value <= 1)) {
     throw new PreflightError('BAD_UTILIZATION', `--gpu-memory-utilization "${raw}" (${where}) is not a number in (0, 1]`, {
       ...context,
