@@ -59,7 +59,7 @@ import { isUtf8 } from 'node:buffer';
 import { basename, dirname, join } from 'node:path';
 import { Script } from 'node:vm';
 import { mayHoldTargetInPieces } from '../core/decide/target-words.js';
-import { finish, handOverStdin, readStdin, stdout } from './process-io.js';
+import { finish, handOverStdin, readStdin, stdout, withoutScriptExtension } from './process-io.js';
 
 /** The application's file name, next to this file (scripts/build.mjs). */
 declare const __vram_preflight_app: string;
@@ -73,7 +73,7 @@ const enabled = !process.env.NODE_DISABLE_COMPILE_CACHE;
 const nodeFlags = `${process.execArgv.join(' ')} ${process.env.NODE_OPTIONS ?? ''}`.trim();
 const cacheFile = join(
   dir,
-  `${basename(file).replace(/\.c?js$/, '')}.${__vram_preflight_hash}.node-${process.version}-${process.arch}${nodeFlags === '' ? '' : `-${fnv1a(nodeFlags)}`}.v8cache`,
+  `${withoutScriptExtension(basename(file))}.${__vram_preflight_hash}.node-${process.version}-${process.arch}${nodeFlags === '' ? '' : `-${fnv1a(nodeFlags)}`}.v8cache`,
 );
 
 /** FNV-1a, 32 bits, hex: names a set of flags (no crypto needed to tell them apart). */

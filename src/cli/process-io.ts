@@ -239,3 +239,14 @@ export function finish(code: number): void {
   }
   process.exitCode = code;
 }
+
+/**
+ * `name.replace(/\.c?js$/, '')`: a script's file name without `.js` or `.cjs`. Not the regex:
+ * the launcher runs it on every render, in a fresh process where a regex costs its
+ * compilation on its first run (docs/benchmarks.md).
+ */
+export function withoutScriptExtension(name: string): string {
+  if (name.endsWith('.cjs')) return name.slice(0, -4);
+  if (name.endsWith('.js')) return name.slice(0, -3);
+  return name;
+}

@@ -17,6 +17,7 @@
 
 import { PreflightError, type ErrorCode } from './errors.js';
 import { readPythonFloat, trimPythonSpace } from './python-float.js';
+import { isAsciiDigit } from './char-classes.js';
 
 /** First characters of every generated script; also how a wrapped container is recognised. */
 export const PREFLIGHT_MARKER_PREFIX = '# vram-preflight ';
@@ -128,9 +129,7 @@ export function isPlainDecimal(s: string, maxDecimals: number): boolean {
   return i === s.length && i - point - 1 >= 1 && i - point - 1 <= maxDecimals;
 }
 
-function isAsciiDigit(c: number): boolean {
-  return c >= 0x30 && c <= 0x39;
-}
+
 
 /**
  * What Python's float() reads (vLLM's argparse type for --gpu-memory-utilization), in ASCII:

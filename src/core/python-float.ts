@@ -8,6 +8,8 @@
  *   /^\+?(?:\d+(?:_\d+)*(?:\.(?:\d+(?:_\d+)*)?)?|\.\d+(?:_\d+)*)(?:[eE][+-]?\d+(?:_\d+)*)?$/
  * (the flag's reader): the same mantissas, in two spellings.
  */
+import { isAsciiDigit as isDigit } from './char-classes.js';
+
 export interface PythonFloatParts {
   sign: '' | '+' | '-';
   /** Digits with their `_` and point, as written. */
@@ -48,10 +50,6 @@ function digitGroupsEnd(text: string, i: number): number {
     if (text.charCodeAt(i) !== 0x5f || !isDigit(text.charCodeAt(i + 1))) return i;
     i++;
   }
-}
-
-function isDigit(c: number): boolean {
-  return c >= 0x30 && c <= 0x39;
 }
 
 /** `text.replace(/^[ \t\n\v\f\r]+|[ \t\n\v\f\r]+$/g, '')`: the ASCII whitespace float() skips around a number. */

@@ -24,7 +24,8 @@ import { verifyEditedChunk, type IntendedStart } from './yaml/verify.js';
 import { KINDS_WITHOUT_CONTAINERS } from './tables/workloads.js';
 import { mentionsAnyLowered, TARGET_WORDS } from './decide/target-words.js';
 import { mentionMayDecide } from './decide/deciding-mentions.js';
-import { isLineTerminator, parseDocuments } from './yaml/fast-parse.js';
+import { parseDocuments } from './yaml/fast-parse.js';
+import { isJsWhitespace, isLineTerminator } from './char-classes.js';
 import { effectiveGet, findDuplicateKeys, resolveAlias, type ParsedDocument } from './yaml/nodes.js';
 
 export type { Action, ContainerReport } from './decide/container.js';
@@ -103,12 +104,6 @@ export function hasContainersKey(text: string): boolean {
     if (text.charCodeAt(i) === 0x3a) return true;
   }
   return false;
-}
-
-/** What a regex's `\s` matches: JS's WhiteSpace and LineTerminator characters. */
-export function isJsWhitespace(c: number): boolean {
-  if (c < 0x80) return c === 0x20 || (c >= 0x09 && c <= 0x0d);
-  return c === 0xa0 || c === 0x1680 || (c >= 0x2000 && c <= 0x200a) || c === 0x2028 || c === 0x2029 || c === 0x202f || c === 0x205f || c === 0x3000 || c === 0xfeff;
 }
 
 /**

@@ -13,6 +13,11 @@ import { KINDS_WITHOUT_CONTAINERS } from '../../src/core/tables/workloads.js';
 import { mentionsUtilizationFlag, isPythonFloatText } from '../../src/core/decide/utilization.js';
 import { hasNonZeroDigit, isPlainAbsolutePath, isPlainDecimal, isVersionText, leadingZeros, withoutTrailingZeros } from '../../src/core/preflight.js';
 import { readPythonFloat, trimPythonSpace } from '../../src/core/python-float.js';
+import { withoutScriptExtension } from '../../src/cli/process-io.js';
+import { isPythonProgram } from '../../src/core/decide/detect.js';
+import { isNvidiaRuntimeClass } from '../../src/core/tables/gpu.js';
+import { firstSpaceOrControl, parseVersion, type Version } from '../../src/core/tables/image-ref.js';
+import { withoutCudaSuffix } from '../../src/core/tables/images.js';
 import { dropLineIndent, isYamlExponentFloat, isYamlHex, isYamlInteger, isYamlOctal, isYamlPointFloat, YAML_INF_NAN } from '../../src/core/yaml/fast-parse.js';
 
 const SEED = 20261204;
@@ -117,4 +122,33 @@ describe('the utilization readers and the settings checks (preflight, decide/uti
     sameAnswers(isVersionText, (t) => /^[0-9A-Za-z][0-9A-Za-z.+-]{0,63}$/.test(t), ['', 'v', '0.3.0', '.3', '-1', 'a'.repeat(64), 'a'.repeat(65), `a${'.'.repeat(63)}`, 'a_b', 'a/b'], ['aaaaaaaaaa', '.+-', 'Z', '[', '`', '{', '@']));
   it('the termination message path: /^\\/[A-Za-z0-9._/-]*$/', () =>
     sameAnswers(isPlainAbsolutePath, (t) => /^\/[A-Za-z0-9._/-]*$/.test(t), ['', '/', '/dev/termination-log', 'dev', '/a b', '/a..b', '/é'], ['/', '/a', '..', '[', '`', '{', '@']));
+});
+
+describe('images, GPUs, programs and the launcher', () => {
+  it('the image check: /[\\s\\u0000-\\u001f\\u007f-\\u009f]/', () =>
+    sameAnswers(firstSpaceOrControl, (t) => /[\s\u0000-\u001f\u007f-\u009f]/.exec(t)?.index ?? -1, ['vllm/vllm-openai:v0.9.1', 'a b', 'a\u00a0', 'a\u200b', 'a\u0085', 'a\u00a1', '\u180e'], ['vllm/vllm-openai', ':', '\u180e', '\u200b', '\u00a1']));
+
+  it('VERSION, with its captures', () => {
+    const regex = /^v?(\d{1,6})\.(\d{1,6})\.(\d{1,6})(?:(?:\.|post)(\d{1,6})|-?rc(\d{1,6}))?$/;
+    const oracle = (text: string): Version | undefined => {
+      const m = regex.exec(text);
+      if (!m) return undefined;
+      const parts = [Number(m[1]), Number(m[2]), Number(m[3])] as const;
+      if (m[4] !== undefined) return { parts, stage: 2, n: Number(m[4]) };
+      if (m[5] !== undefined) return { parts, stage: 0, n: Number(m[5]) };
+      return { parts, stage: 1, n: 0 };
+    };
+    sameAnswers(parseVersion, oracle, ['v0.9.1', '0.9.1', 'vv0.9.1', 'V0.9.1', '0.9', '0.9.1.2', '0.9.1post2', '0.9.1-post2', '0.9.1rc3', '0.9.1-rc3', '0.9.1-rc', '0.9.1.', '123456.1.1', '1234567.1.1', '1.1.1234567', '1.1.1.1234567', '0.9.1\n', '01.02.003'], ['1.', '2.', '123', '1234', 'post', 'rc', '-rc', '.1', 'v1.2.3']);
+  });
+
+  it('/^(.*?)(-cu\\d{3})?$/s', () =>
+    sameAnswers(withoutCudaSuffix, (t) => /^(.*?)(-cu\d{3})?$/s.exec(t)![1], ['', '-cu121', 'x-cu121', 'x-cu12', 'x-cu1234', 'x-cu121\n', '\n-cu121', '-cu121-cu121', 'x-CU121'], ['-cu', '-', '12', '1', '123']));
+
+  it('/^nvidia([-.][a-z0-9.-]*)?$/', () =>
+    sameAnswers(isNvidiaRuntimeClass, (t) => /^nvidia([-.][a-z0-9.-]*)?$/.test(t), ['nvidia', 'nvidia-cdi', 'nvidia.x', 'nvidia-', 'nvidiax', 'nvidia-A', 'nvidia_x', 'Nvidia', 'nvidia-legacy\n'], ['nvidia', '-', 'cdi', 'A', '{', '`', '/']));
+
+  it('/^python(\\d+(\\.\\d+)?)?$/', () =>
+    sameAnswers(isPythonProgram, (t) => /^python(\d+(\.\d+)?)?$/.test(t), ['python', 'python3', 'python3.12', 'python3.', 'python.3', 'python3.12.1', 'python3x', 'pythonx', 'Python3', 'python3\n'], ['python', '3', '12', '.']));
+
+  it('/\\.c?js$/', () => sameAnswers(withoutScriptExtension, (t) => t.replace(/\.c?js$/, ''), ['vram-preflight.cjs', 'a.js', 'a.mjs', '.cjs', 'cjs', 'a.js.cjs', 'a.cjs\n', 'a.CJS'], ['.cjs', '.js', 'c', 'js', 'vram-preflight']));
 });

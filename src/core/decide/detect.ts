@@ -6,12 +6,12 @@
 import { parseImage } from '../tables/image-ref.js';
 import { isVllmFamilyImage } from '../tables/images.js';
 import { globMatches } from './glob.js';
+import { isAsciiDigit } from '../char-classes.js';
 
 export const ANNOTATION_SKIP = 'vram-preflight.io/skip';
 export const ANNOTATION_CONTAINERS = 'vram-preflight.io/containers';
 export const ANNOTATION_UTILIZATION = 'vram-preflight.io/gpu-memory-utilization';
 
-const PYTHON = /^python(\d+(\.\d+)?)?$/;
 const SHELLS = new Set(['sh', 'bash', 'dash', 'ash', 'zsh']);
 /** Programs that only exec the rest of their argv (an image's entrypoint script, init shims). */
 const LAUNCHERS = new Set(['nvidia_entrypoint.sh', 'tini', 'dumb-init', 'env']);
@@ -43,7 +43,7 @@ export function argvStartsVllm(argv: readonly string[]): boolean {
   const start = withoutLaunchers(argv);
   const program = start[0] === undefined ? '' : basename(start[0]);
   if (program === 'vllm') return start[1] === 'serve';
-  if (PYTHON.test(program)) {
+  if (isPythonProgram(program)) {
     const m = start.indexOf('-m');
     return m !== -1 && (VLLM_MODULES.has(start[m + 1] ?? '') || (start[m + 1] === 'vllm.entrypoints.cli.main' && start[m + 2] === 'serve'));
   }
@@ -72,11 +72,30 @@ export function isHuggingfaceServerImage(image: string | undefined): boolean {
   return image !== undefined && parseImage(image).repository.endsWith('huggingfaceserver');
 }
 
+/**
+ * `python`, `python3`, `python3.12`: `/^python(\d+(\.\d+)?)?$/.test(program)`, by a scan:
+ * a render asks for every container, in a fresh process where a regex costs its compilation
+ * on its first runs (docs/benchmarks.md).
+ */
+export function isPythonProgram(program: string): boolean {
+  if (!program.startsWith('python')) return false;
+  let i = 6;
+  if (i === program.length) return true;
+  const major = i;
+  while (isAsciiDigit(program.charCodeAt(i))) i++;
+  if (i === major) return false;
+  if (i === program.length) return true;
+  if (program.charCodeAt(i) !== 0x2e) return false;
+  const minor = ++i;
+  while (isAsciiDigit(program.charCodeAt(i))) i++;
+  return i > minor && i === program.length;
+}
+
 /** The program the argv runs (after launchers), and for `python -m` the module: what decides, not a word elsewhere. */
 function programOf(argv: readonly string[]): { program: string; module?: string } {
   const start = withoutLaunchers(argv);
   const program = start[0] === undefined ? '' : basename(start[0]);
-  if (!PYTHON.test(program)) return { program };
+  if (!isPythonProgram(program)) return { program };
   const m = start.indexOf('-m');
   return { program, module: m === -1 ? undefined : start[m + 1] };
 }

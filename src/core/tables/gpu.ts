@@ -4,6 +4,7 @@
  * shows which one did. Where vLLM runs without one (CPU, AMD, Intel), there
  * is no nvidia-smi to ask and nothing to wait for.
  */
+import { isAsciiDigit } from '../char-classes.js';
 
 type Plain = Record<string, unknown>;
 
@@ -114,11 +115,24 @@ function resourceSignals({ container }: GpuInput): GpuSignal[] {
 }
 
 /** RuntimeClasses of the NVIDIA Container Toolkit / GPU Operator: `nvidia`, `nvidia-cdi`, `nvidia-legacy`. */
-const NVIDIA_RUNTIME_CLASS = /^nvidia([-.][a-z0-9.-]*)?$/;
+/**
+ * `/^nvidia([-.][a-z0-9.-]*)?$/.test(name)`. A scan, not the regex: a render checks every
+ * pod, in a fresh process where a regex costs its compilation on its first runs (docs/benchmarks.md).
+ */
+export function isNvidiaRuntimeClass(name: string): boolean {
+  if (!name.startsWith('nvidia')) return false;
+  if (name.length === 6) return true;
+  if (name.charCodeAt(6) !== 0x2d && name.charCodeAt(6) !== 0x2e) return false;
+  for (let i = 7; i < name.length; i++) {
+    const c = name.charCodeAt(i);
+    if (!(c >= 0x61 && c <= 0x7a) && !isAsciiDigit(c) && c !== 0x2e && c !== 0x2d) return false;
+  }
+  return true;
+}
 
 function runtimeClassSignals({ podSpec }: GpuInput): GpuSignal[] {
   const name = podSpec.runtimeClassName;
-  return typeof name === 'string' && NVIDIA_RUNTIME_CLASS.test(name) ? [{ signal: 'runtimeClass', detail: `runtimeClassName ${name}` }] : [];
+  return typeof name === 'string' && isNvidiaRuntimeClass(name) ? [{ signal: 'runtimeClass', detail: `runtimeClassName ${name}` }] : [];
 }
 
 /** The NVIDIA runtime hands the listed devices to a container; `void`, `none` and empty hand none. */

@@ -1,6 +1,7 @@
 /**
  * Image references and release versions: parsing only, no knowledge of images.
  */
+import { isAsciiDigit, isJsWhitespace } from '../char-classes.js';
 
 export interface ImageReference {
   /** As written in the manifest. */
@@ -49,11 +50,24 @@ export function parseImage(raw: string): ImageReference {
  * leaves a line break there); the kubelet would refuse to pull it.
  */
 export function imageReferenceProblem(raw: string): string | undefined {
-  const found = /[\s\u0000-\u001f\u007f-\u009f]/.exec(raw);
-  if (!found) return undefined;
-  const char = found[0];
+  const at = firstSpaceOrControl(raw);
+  if (at === -1) return undefined;
+  const char = raw[at]!;
   const named = char === '\n' ? 'a line break' : char === '\r' ? 'a carriage return' : char === '\t' ? 'a tab' : char === ' ' ? 'a space' : `the character U+${char.charCodeAt(0).toString(16).toUpperCase().padStart(4, '0')}`;
   return `it holds ${named}, which no image reference can hold (the kubelet would refuse to pull it: InvalidImageName)`;
+}
+
+/**
+ * `/[\s\u0000-\u001f\u007f-\u009f]/.exec(raw)?.index ?? -1`. A scan, not the regex: every
+ * image of a render is checked, in a fresh process where a regex costs its compilation on
+ * its first runs (docs/benchmarks.md).
+ */
+export function firstSpaceOrControl(raw: string): number {
+  for (let i = 0; i < raw.length; i++) {
+    const c = raw.charCodeAt(i);
+    if (c <= 0x1f || (c >= 0x7f && c <= 0x9f) || isJsWhitespace(c)) return i;
+  }
+  return -1;
 }
 
 /** The tag the runtime pulls: none written means `latest`, a bare digest names no tag. */
@@ -91,15 +105,42 @@ export interface Version {
   n: number;
 }
 
-const VERSION = /^v?(\d{1,6})\.(\d{1,6})\.(\d{1,6})(?:(?:\.|post)(\d{1,6})|-?rc(\d{1,6}))?$/;
-
+/**
+ * `v1.2.3`, `1.2.3.4` or `1.2.3post4` (a post-release), `1.2.3rc4` or `1.2.3-rc4`: what
+ * /^v?(\d{1,6})\.(\d{1,6})\.(\d{1,6})(?:(?:\.|post)(\d{1,6})|-?rc(\d{1,6}))?$/ reads,
+ * read by a scan: a render reads every tag, in a fresh process where a regex costs its
+ * compilation on its first runs (docs/benchmarks.md).
+ */
 export function parseVersion(text: string): Version | undefined {
-  const m = VERSION.exec(text);
-  if (!m) return undefined;
-  const parts = [Number(m[1]), Number(m[2]), Number(m[3])] as const;
-  if (m[4] !== undefined) return { parts, stage: 2, n: Number(m[4]) };
-  if (m[5] !== undefined) return { parts, stage: 0, n: Number(m[5]) };
-  return { parts, stage: 1, n: 0 };
+  let at = text.startsWith('v') ? 1 : 0;
+  const numbers: number[] = [];
+  for (let i = 0; i < 3; i++) {
+    if (i > 0) {
+      if (text.charCodeAt(at) !== 0x2e) return undefined;
+      at++;
+    }
+    const end = shortNumberEnd(text, at);
+    if (end === -1) return undefined;
+    numbers.push(Number(text.slice(at, end)));
+    at = end;
+  }
+  const parts = [numbers[0]!, numbers[1]!, numbers[2]!] as const;
+  if (at === text.length) return { parts, stage: 1, n: 0 };
+  let stage: 0 | 2;
+  if (text.charCodeAt(at) === 0x2e) [stage, at] = [2, at + 1];
+  else if (text.startsWith('post', at)) [stage, at] = [2, at + 4];
+  else if (text.startsWith('rc', at)) [stage, at] = [0, at + 2];
+  else if (text.startsWith('-rc', at)) [stage, at] = [0, at + 3];
+  else return undefined;
+  const end = shortNumberEnd(text, at);
+  return end === text.length ? { parts, stage, n: Number(text.slice(at, end)) } : undefined;
+}
+
+/** Where `\d{1,6}` from `at` ends when no digit follows it; -1 when it cannot. */
+function shortNumberEnd(text: string, at: number): number {
+  let end = at;
+  while (isAsciiDigit(text.charCodeAt(end))) end++;
+  return end > at && end - at <= 6 ? end : -1;
 }
 
 export function compareVersions(a: Version, b: Version): number {

@@ -10,6 +10,7 @@
  * entry or an explicit `command:` places it instead.
  */
 import { compareVersions, effectiveTag, parseVersion, repositoryMatches, type ImageReference, type Version } from './image-ref.js';
+import { isAsciiDigit } from '../char-classes.js';
 
 /** How the tags of one repository read. */
 export type TagGrammar = 'vllm' | 'lmcache' | 'kserve' | 'plain';
@@ -27,14 +28,13 @@ export interface ParsedTag {
 /** Suffixes that name the same release built for another architecture, CUDA or base OS. */
 // `s`: a tag is any text here (one with a line break is refused elsewhere, by the container that holds it).
 const VLLM_SUFFIXES = /^(.*?)(-(?:x86_64|aarch64|arm64))?(-cu\d{3})?(-ubuntu\d{4})?$/s;
-const LMCACHE_SUFFIXES = /^(.*?)(-cu\d{3})?$/s;
 const NIGHTLY_DATE = /^nightly-(\d{4}-\d{2}-\d{2})$/;
 
 export function parseTag(tag: string, grammar: TagGrammar): ParsedTag {
   let base = tag;
   let variant = '';
   if (grammar === 'vllm') base = VLLM_SUFFIXES.exec(tag)![1]!;
-  else if (grammar === 'lmcache') base = LMCACHE_SUFFIXES.exec(tag)![1]!;
+  else if (grammar === 'lmcache') base = withoutCudaSuffix(tag);
   else if (grammar === 'kserve' && tag.endsWith('-gpu')) {
     base = tag.slice(0, -4);
     variant = 'gpu';
@@ -44,6 +44,17 @@ export function parseTag(tag: string, grammar: TagGrammar): ParsedTag {
   const date = grammar === 'lmcache' ? NIGHTLY_DATE.exec(base)?.[1] : undefined;
   if (date) return { date, variant };
   return { name: base, variant };
+}
+
+/**
+ * `/^(.*?)(-cu\d{3})?$/s.exec(tag)[1]`: the tag without a final `-cuNNN`. A test of the
+ * end, not the regex: a render reads every tag, in a fresh process where a regex costs its
+ * compilation on its first runs (docs/benchmarks.md).
+ */
+export function withoutCudaSuffix(tag: string): string {
+  const at = tag.length - '-cuNNN'.length;
+  const isCuda = at >= 0 && tag.startsWith('-cu', at) && isAsciiDigit(tag.charCodeAt(at + 3)) && isAsciiDigit(tag.charCodeAt(at + 4)) && isAsciiDigit(tag.charCodeAt(at + 5));
+  return isCuda ? tag.slice(0, at) : tag;
 }
 
 export interface TagRule {

@@ -6,7 +6,7 @@
 import { isAlias, isScalar, isSeq, type Node, type Pair, type YAMLMap } from 'yaml';
 import { PreflightError, type ErrorDetails } from '../errors.js';
 import { effectivePair, keyName, resolveAlias, type ParsedDocument } from './nodes.js';
-import { isLineTerminator } from './fast-parse.js';
+import { isLineTerminator } from '../char-classes.js';
 
 export interface TextEdit {
   start: number;

@@ -30,6 +30,7 @@
  */
 import { Pair, parseAllDocuments, Scalar, YAMLMap, YAMLSeq, type Node } from 'yaml';
 import { PARSE_OPTIONS, type ParsedDocument } from './nodes.js';
+import { isAsciiDigit as isDigit, isLineTerminator } from '../char-classes.js';
 
 /** All documents of `text`: the fast path's one document when it reads it fully, else `yaml`'s. */
 export function parseDocuments(text: string, fast = true): ParsedDocument[] {
@@ -109,10 +110,6 @@ const NOT_PLAIN_START = new Set([...',[]{}#&*!|>\'"%@`'].map((c) => c.charCodeAt
 function digitsEnd(text: string, i: number): number {
   while (i < text.length && isDigit(text.charCodeAt(i))) i++;
   return i;
-}
-
-function isDigit(c: number): boolean {
-  return c >= 0x30 && c <= 0x39;
 }
 
 function isSign(c: number): boolean {
@@ -719,11 +716,6 @@ export function dropLineIndent(text: string, max: number): string {
     parts.push(text.slice(from, next + 1));
     line = next + 1;
   }
-}
-
-/** What ends a line for a regex's `^`, `$` and `.`: LF, CR, U+2028, U+2029. */
-export function isLineTerminator(c: number): boolean {
-  return c === 0x0a || c === 0x0d || c === 0x2028 || c === 0x2029;
 }
 
 const SPACES = / */y;
