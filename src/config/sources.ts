@@ -122,17 +122,20 @@ function checkLikes(images: readonly ImageStart[] | undefined, path: string): vo
 
 export function mergeOptions(...layers: PartialOptions[]): Options {
   const merged: Record<string, unknown> = { ...DEFAULT_OPTIONS };
-  let given = false;
+  const given: Record<string, unknown> = {};
   for (const layer of layers) {
     for (const [key, value] of Object.entries(layer)) {
       if (value !== undefined) {
         merged[key] = value;
-        given = true;
+        given[key] = value;
       }
     }
   }
-  // The defaults alone are valid (a unit test checks it): no option, no check.
-  if (given) checkOptions(merged, 'options');
+  // The defaults alone are valid (a unit test checks it), and the schema checks each key on
+  // its own: only the given keys are checked, so a default's check (the platform's pattern,
+  // a regex compiled on its first run) costs a render nothing. No option, no check.
+  // (A `__proto__` key sets the objects' prototypes, not a key: then the merged object is checked, as before.)
+  checkOptions(Object.getPrototypeOf(given) === Object.prototype ? given : merged, 'options');
   return merged as unknown as Options;
 }
 
