@@ -17,7 +17,7 @@ import { withoutScriptExtension } from '../../src/cli/process-io.js';
 import { isPythonProgram } from '../../src/core/decide/detect.js';
 import { isNvidiaRuntimeClass } from '../../src/core/tables/gpu.js';
 import { firstSpaceOrControl, parseVersion, type Version } from '../../src/core/tables/image-ref.js';
-import { withoutCudaSuffix } from '../../src/core/tables/images.js';
+import { isLlmdRepository, withoutCudaSuffix } from '../../src/core/tables/images.js';
 import { dropLineIndent, isYamlExponentFloat, isYamlHex, isYamlInteger, isYamlOctal, isYamlPointFloat, YAML_INF_NAN } from '../../src/core/yaml/fast-parse.js';
 
 const SEED = 20261204;
@@ -151,4 +151,9 @@ describe('images, GPUs, programs and the launcher', () => {
     sameAnswers(isPythonProgram, (t) => /^python(\d+(\.\d+)?)?$/.test(t), ['python', 'python3', 'python3.12', 'python3.', 'python.3', 'python3.12.1', 'python3x', 'pythonx', 'Python3', 'python3\n'], ['python', '3', '12', '.']));
 
   it('/\\.c?js$/', () => sameAnswers(withoutScriptExtension, (t) => t.replace(/\.c?js$/, ''), ['vram-preflight.cjs', 'a.js', 'a.mjs', '.cjs', 'cjs', 'a.js.cjs', 'a.cjs\n', 'a.CJS'], ['.cjs', '.js', 'c', 'js', 'vram-preflight']));
+});
+
+describe("llm-d's images", () => {
+  it('/(^|\\/)llm-d\\/llm-d(-[a-z0-9]+)*$/', () =>
+    sameAnswers(isLlmdRepository, (t) => /(^|\/)llm-d\/llm-d(-[a-z0-9]+)*$/.test(t), ['llm-d/llm-d', 'ghcr.io/llm-d/llm-d', 'ghcr.io/llm-d/llm-d-cuda-dev', 'xllm-d/llm-d', 'llm-d/llm-d-', 'llm-d/llm-d--a', 'llm-d/llm-d-A', 'llm-d/llm-dx', 'llm-d/llm-d/llm-d', 'a/llm-d/llm-d-cuda/x', '/llm-d/llm-d', 'llm-d', 'llm-d/llm-d-a-b1'], ['llm-d', 'llm-d/llm-d', '/', '-', 'cuda', 'A', '{', '`']));
 });

@@ -183,5 +183,25 @@ export function lookAlikeRepository(image: ImageReference): string | undefined {
  */
 export function isVllmFamilyImage(image: ImageReference): boolean {
   const repo = image.repository;
-  return repo.includes('vllm') || /(^|\/)llm-d\/llm-d(-[a-z0-9]+)*$/.test(repo);
+  return repo.includes('vllm') || isLlmdRepository(repo);
+}
+
+/**
+ * `/(^|\/)llm-d\/llm-d(-[a-z0-9]+)*$/.test(repo)`: `llm-d/llm-d`, `ghcr.io/llm-d/llm-d-cuda`.
+ * The suffix holds no `/`, so only the last two segments can match. A scan, not the regex:
+ * a render asks for every image, in a fresh process where a regex costs its compilation on
+ * its first runs (docs/benchmarks.md).
+ */
+export function isLlmdRepository(repo: string): boolean {
+  const at = repo.lastIndexOf('/') - 'llm-d'.length;
+  if (at < 0 || !repo.startsWith('llm-d/llm-d', at) || (at > 0 && repo.charCodeAt(at - 1) !== 0x2f)) return false;
+  // (-[a-z0-9]+)* to the end
+  let i = at + 'llm-d/llm-d'.length;
+  while (i < repo.length) {
+    if (repo.charCodeAt(i) !== 0x2d) return false;
+    const group = ++i;
+    while (i < repo.length && (isAsciiDigit(repo.charCodeAt(i)) || (repo.charCodeAt(i) >= 0x61 && repo.charCodeAt(i) <= 0x7a))) i++;
+    if (i === group) return false;
+  }
+  return true;
 }
