@@ -260,25 +260,15 @@ export async function startWebhook(settings: WebhookSettings): Promise<Webhook> 
     readClaims: claimReader ? (namespace, references) => claimReader.read(namespace, references) : undefined,
   });
 
-  /** Answers with `body`: a string, or pieces written one after another (an admission's answer: see ./patch-encoding.ts). */
-  const send = (req: Request, res: Response, status: number, type: string, body: string | readonly string[], extra: Record<string, string> = {}): void => {
+  const send = (req: Request, res: Response, status: number, type: string, body: string, extra: Record<string, string> = {}): void => {
     metrics.requests.inc({ route: routeOf(req), code: String(status) });
-    const pieces = typeof body === 'string' ? [body] : body;
-    let length = 0;
-    for (const piece of pieces) length += Buffer.byteLength(piece);
-    const headers: Record<string, string | number> = { 'content-type': type, 'content-length': length, ...extra };
+    const headers: Record<string, string | number> = { 'content-type': type, 'content-length': Buffer.byteLength(body), ...extra };
     if (req.httpVersionMajor === 1 && (draining || status === 413 || status === 408)) headers.connection = 'close';
     // The client may have gone (the API server gave up at its timeout): nothing to answer then.
     if (res.writableEnded || (res as { destroyed?: boolean }).destroyed || (req.httpVersionMajor === 2 && (res as Http2ServerResponse).stream.closed)) return;
     try {
       res.writeHead(status, headers);
-      // Corked, the pieces leave in one write (HTTP/1.1: one TLS write with the head; HTTP/2: frames sent together).
-      const corkable = res as { cork?: () => void; uncork?: () => void };
-      corkable.cork?.();
-      const out = res as { write(chunk: string): boolean; end(chunk: string): void };
-      for (let i = 0; i < pieces.length - 1; i++) out.write(pieces[i]!);
-      out.end(pieces[pieces.length - 1] ?? '');
-      corkable.uncork?.();
+      res.end(body);
     } catch (error) {
       log({ level: 'warn', msg: 'answer not sent', status, error: (error as Error).message });
     }
@@ -331,9 +321,9 @@ export async function startWebhook(settings: WebhookSettings): Promise<Webhook> 
     } catch {
       uid = undefined;
     }
-    if (typeof uid !== 'string') return { status: 400, body: [JSON.stringify({ error: 'not an AdmissionReview with a request.uid' })], outcome: 'invalid', dryRun: false, wrapped: [], refused: [], skipped: 0, log: {} };
+    if (typeof uid !== 'string') return { status: 400, body: JSON.stringify({ error: 'not an AdmissionReview with a request.uid' }), outcome: 'invalid', dryRun: false, wrapped: [], refused: [], skipped: 0, log: {} };
     const body = JSON.stringify({ apiVersion: 'admission.k8s.io/v1', kind: 'AdmissionReview', response: { uid, allowed: true, warnings: ['vram-preflight: pod admitted unchanged: the webhook has no valid config (see its log)'] } });
-    return { status: 200, body: [body], outcome: 'not-wrapped', dryRun: false, wrapped: [], refused: [], skipped: 0, log: { uid, error: 'no valid config' } };
+    return { status: 200, body, outcome: 'not-wrapped', dryRun: false, wrapped: [], refused: [], skipped: 0, log: { uid, error: 'no valid config' } };
   };
 
   const handle = (req: Request, res: Response): void => {
