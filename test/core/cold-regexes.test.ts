@@ -69,6 +69,13 @@ describe('the edit (yaml/edit)', () => {
   it('quoting: nothing to escape', () =>
     sameAnswers(nothingToEscape, (t) => /^[^"\\\x00-\x1f\x7f-\x9f\u2028\u2029\ufeff\ud800-\udfff\ufffe\uffff]*$/.test(t), ['', 'vllm', '"', '\\', '\u0080', '\u00a0', '\u2027', '\u202a', '\ud7ff', '\ue000', '\ufefe', '\ufffd', '\u{1f600}', 'a\u001fb', '~\u007f'], ['\u2027', '\u202a', '\ud7ff', '\ue000', '\ufefe', '\ufffd', '~', '\u0020', '\u00ff']));
   it('/^[ \\t]/', () => sameAnswers(startsWithSpaceOrTab, (t) => /^[ \t]/.test(t), ['', ' ', '\t', '\u00a0', 'a ']));
+  it('quoting: nothing to escape, long values (the regex itself past 512)', () => {
+    const regex = /^[^"\\\x00-\x1f\x7f-\x9f\u2028\u2029\ufeff\ud800-\udfff\ufffe\uffff]*$/;
+    for (const length of [511, 512, 513, 5000]) for (const tail of ['', 'x', '"', '\n', '\u2028']) {
+      const value = 'a'.repeat(length - tail.length) + tail;
+      expect(nothingToEscape(value)).toBe(regex.test(value));
+    }
+  });
   it('/\\?[ \\t]*$/: the explicit key mark', () => sameAnswers(explicitKeyMark, (t) => /\?[ \t]*$/.exec(t)?.index ?? -1, ['', '?', '? ', '  ? \t', '??', '? x', '?\n', 'a?', '? ?  '], ['?', '? ', '?\t']));
   it('/^[ \\t]*(#.*)?\\r?\\n?$/: only a comment to the line end', () =>
     sameAnswers(onlyCommentToLineEnd, (t) => /^[ \t]*(#.*)?\r?\n?$/.test(t), ['', '\n', '\r\n', '\n\n', '\r', '\r\r', ' # x\r\n', '# a\u2028', '#\u2029\n', ' x', '\t#\t\r\n', '# x \r', '#\r#\n'], ['#', '# x']));
