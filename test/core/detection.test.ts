@@ -64,6 +64,7 @@ describe('the rules', () => {
     // `exec`, assignments and reserved words go; `$0 $@` and "$@" become the container's items.
     expect(scriptCommands(['bash', '-c', 'then FOO=1 exec python -m m $0 $@', '--a', '--b']).map((c) => c.words)).toEqual([['python', '-m', 'm', '--a', '--b']]);
     expect(scriptCommands(['sh', '-c', 'python -m m "$@"', 'sh', '--b']).map((c) => c.words)).toEqual([['python', '-m', 'm', '--b']]);
+    expect(scriptCommands(['sh', '-c', 'exec env HF_HOME=/tmp nohup /opt/py/bin/python3 -m m']).map((c) => c.words)).toEqual([['/opt/py/bin/python3', '-m', 'm']]);
   });
 
   it("huggingfaceserver in a shell script is recognised as in a plain argv: with --backend=vllm it is vLLM, without one KServe picks", () => {

@@ -191,8 +191,8 @@ export function shellCommands(script: string): ShellCommand[] {
   return commands;
 }
 
-/** Words before a command's program that only set up how it runs: reserved words, and builtins that run the rest in this process. */
-const PREFIX_WORDS = new Set(['!', '{', '}', 'if', 'then', 'else', 'elif', 'while', 'until', 'do', 'time', 'exec', 'command', 'nohup']);
+/** Words before a command's program that only set up how it runs: reserved words, and `exec`, `command`, `nohup`, `env` (they run the rest as the command). */
+const PREFIX_WORDS = new Set(['!', '{', '}', 'if', 'then', 'else', 'elif', 'while', 'until', 'do', 'time', 'exec', 'command', 'nohup', 'env']);
 
 /** `NAME=value` before a command's program: an assignment for that command, not the program. */
 function isAssignment(word: string): boolean {
