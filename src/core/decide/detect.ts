@@ -3,10 +3,10 @@
  * src/core/tables/gpu.ts.) "Not vLLM" needs positive evidence: a vLLM-family image whose
  * start cannot be read is refused, not skipped.
  */
+import { scriptCommands } from './shell-script.js';
 import { parseImage } from '../tables/image-ref.js';
 import { isVllmFamilyImage } from '../tables/images.js';
 import { globMatches } from './glob.js';
-import { scriptCommands } from './shell-script.js';
 
 export const ANNOTATION_SKIP = 'vram-preflight.io/skip';
 export const ANNOTATION_CONTAINERS = 'vram-preflight.io/containers';
