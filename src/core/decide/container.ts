@@ -8,7 +8,7 @@
  */
 import type { Options } from '../options.js';
 import { PreflightError, type DocumentRef, type ErrorDetails } from '../errors.js';
-import { ANNOTATION_CONTAINERS, ANNOTATION_SKIP, imageIsVllmFamily, isHuggingfaceServerImage, mentionsVllmFlag, nameSelected, otherEngine, runsHuggingfaceServer, runsOnCpu, shellRunsPreflight, startsRayNode, startsVllmInBackground, vllmEvidence } from './detect.js';
+import { ANNOTATION_CONTAINERS, ANNOTATION_SKIP, huggingfaceServerMayRunVllm, imageIsVllmFamily, isHuggingfaceServerImage, mentionsVllmFlag, nameSelected, otherEngine, runsHuggingfaceServer, runsOnCpu, shellRunsPreflight, startsRayNode, startsVllmInBackground, vllmEvidence } from './detect.js';
 import { nvidiaGpuSignals, otherAccelerators, SIGNALS_CHECKED, type DeviceClaims, type GpuSignal } from '../tables/gpu.js';
 import { asBashWord, joinsAsOneCommand, kuberayStart, RAY_OVERWRITE_ANNOTATION, type RayStart } from './kuberay.js';
 import { imageReferenceProblem, parseImage, repositoryMatches } from '../tables/image-ref.js';
@@ -112,6 +112,9 @@ function notVllmReason(written: readonly string[]): string {
   return `its start runs ${written[0]}, not vLLM (name it in ${ANNOTATION_CONTAINERS} if it starts vLLM indirectly)`;
 }
 
+/** huggingfaceserver left to pick its backend may run vLLM unwrapped: said, never guessed (docs/detection.md §5). */
+const HUGGINGFACESERVER_RUN_TIME_BACKEND = `KServe huggingfaceserver picks its backend at run time (--backend auto) and may run vLLM, which is not wrapped: pass --backend=vllm, or name it in ${ANNOTATION_CONTAINERS}`;
+
 function probeBudget(container: Record<string, unknown>): number | undefined {
   const probe = (container.startupProbe ?? container.livenessProbe) as Record<string, unknown> | undefined;
   if (!probe || typeof probe !== 'object') return undefined;
@@ -204,16 +207,17 @@ export function decideContainer(input: ContainerInput, base: Pick<ContainerRepor
         if (!evidence && startsRayNode(written)) {
           return `a Ray node (its start runs \`ray start\`): vLLM runs here, if at all, in actors the Ray head schedules (Ray Serve, vLLM's Ray executor), not as this container's start (name it in ${ANNOTATION_CONTAINERS} to wait before it joins Ray)`;
         }
-        if (!evidence) return notVllmReason(written);
+        if (!evidence) {
+          if (huggingfaceServerMayRunVllm(written)) report.warnings.push(HUGGINGFACESERVER_RUN_TIME_BACKEND);
+          return notVllmReason(written);
+        }
         report.reason = rayStart === 'joined' ? `${evidence} (KubeRay keeps it, joined into bash -lc before \`ray start\`)` : evidence;
       } else if (family) {
         // No command: the image's ENTRYPOINT decides; an unknown one is refused, never skipped.
         const known = resolve();
         const evidence = vllmEvidence(known.start);
         if (!evidence && runsHuggingfaceServer(known.start)) {
-          if (!known.start.some((a) => a === '--backend' || a.startsWith('--backend='))) {
-            report.warnings.push(`KServe huggingfaceserver picks its backend at run time (--backend auto) and may run vLLM, which is not wrapped: pass --backend=vllm, or name it in ${ANNOTATION_CONTAINERS}`);
-          }
+          if (huggingfaceServerMayRunVllm(known.start)) report.warnings.push(HUGGINGFACESERVER_RUN_TIME_BACKEND);
           return 'KServe huggingfaceserver without --backend=vllm';
         }
         if (!evidence) return `its start (${known.origin}) runs ${otherEngine(known.start) ?? known.start[0] ?? 'nothing'}, not vLLM`;

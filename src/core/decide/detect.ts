@@ -3,6 +3,7 @@
  * src/core/tables/gpu.ts.) "Not vLLM" needs positive evidence: a vLLM-family image whose
  * start cannot be read is refused, not skipped.
  */
+import { scriptCommands } from './shell-script.js';
 import { parseImage } from '../tables/image-ref.js';
 import { isVllmFamilyImage } from '../tables/images.js';
 import { globMatches } from './glob.js';
@@ -100,14 +101,86 @@ function programOf(argv: readonly string[]): { program: string; module?: string 
   return { program, module: m === -1 ? undefined : start[m + 1] };
 }
 
-/** True when the argv runs KServe's huggingfaceserver as its program (`python -m huggingfaceserver`). */
-export function runsHuggingfaceServer(argv: readonly string[]): boolean {
+function isHuggingfaceServerProgram(argv: readonly string[]): boolean {
   const { program, module } = programOf(argv);
   return program === 'huggingfaceserver' || module === 'huggingfaceserver';
 }
 
-function backendIsVllm(argv: readonly string[]): boolean {
-  return argv.some((item, i) => item === '--backend=vllm' || (item === '--backend' && argv[i + 1] === 'vllm'));
+/** One run of KServe's huggingfaceserver: the words its parser reads, as far as they are written. */
+export interface HuggingfaceServerRun {
+  argv: readonly string[];
+  /** Run by a shell script (its command there, with the args the script passes on). */
+  inScript: boolean;
+  /** The script starts a Ray head (`ray start --head`) first: KServe's multi-node runtime. */
+  afterRayHead: boolean;
+}
+
+/** `ray start --head` that leaves the script going on (a daemon; `--block` only in the background). */
+function startsRayHead({ words, background }: { words: readonly string[]; background: boolean }): boolean {
+  return basename(words[0]!) === 'ray' && words[1] === 'start' && words.includes('--head') && (background || !words.includes('--block'));
+}
+
+/**
+ * The runs of KServe's huggingfaceserver the argv makes: itself as the program
+ * (`python -m huggingfaceserver`), or each foreground command of its shell
+ * script that runs it (`exec`, after `&&`, `;` or a line break, any path to
+ * python), with the script's `$0`/`$@` replaced by the container's items.
+ * One left in the background (`… &`) is not the container's start.
+ */
+export function huggingfaceServerRuns(argv: readonly string[]): HuggingfaceServerRun[] {
+  if (isHuggingfaceServerProgram(argv)) return [{ argv, inScript: false, afterRayHead: false }];
+  const start = withoutLaunchers(argv);
+  if (!SHELLS.has(basename(start[0] ?? '')) || !start.some((item) => item.includes('huggingfaceserver'))) return [];
+  const runs: HuggingfaceServerRun[] = [];
+  let rayHead = false;
+  for (const command of scriptCommands(start)) {
+    if (startsRayHead(command)) rayHead = true;
+    else if (!command.background && isHuggingfaceServerProgram(command.words)) runs.push({ argv: command.words, inScript: true, afterRayHead: rayHead });
+  }
+  return runs;
+}
+
+/** True when the argv runs KServe's huggingfaceserver, as its program or in its shell script's foreground. */
+export function runsHuggingfaceServer(argv: readonly string[]): boolean {
+  return huggingfaceServerRuns(argv).length > 0;
+}
+
+/** huggingfaceserver's `--backend` (`--backend=X` or `--backend X`; the last one, as argparse reads them), or undefined. */
+function backendOf(argv: readonly string[]): string | undefined {
+  let backend: string | undefined;
+  argv.forEach((item, i) => {
+    if (item.startsWith('--backend=')) backend = item.slice('--backend='.length);
+    else if (item === '--backend' && i + 1 < argv.length) backend = argv[i + 1];
+  });
+  return backend;
+}
+
+/**
+ * vLLM when `--backend=vllm`; without one (or `auto`), KServe picks at run time,
+ * except after `ray start --head`: KServe's multi-node runtime
+ * (config/runtimes/kserve-huggingfaceserver-multinode.yaml) runs only on vLLM's
+ * backend (docs/detection.md §5).
+ */
+function runVerdict(run: HuggingfaceServerRun): 'vllm' | 'multi-node' | 'run time' | 'other' {
+  const backend = backendOf(run.argv);
+  if (backend === 'vllm') return 'vllm';
+  if (backend === undefined || backend === 'auto') return run.afterRayHead ? 'multi-node' : 'run time';
+  // A backend only the shell knows (`--backend=$BACKEND`) may be vLLM: as undecided as none.
+  return backend.includes('$') ? 'run time' : 'other';
+}
+
+/** KServe's huggingfaceserver that may run vLLM but is not known to: no `--backend` (KServe picks at run time), or one only the shell knows. */
+export function huggingfaceServerMayRunVllm(argv: readonly string[]): boolean {
+  return huggingfaceServerRuns(argv).some((run) => runVerdict(run) === 'run time');
+}
+
+function huggingfaceServerEvidence(argv: readonly string[]): string | undefined {
+  const runs = huggingfaceServerRuns(argv);
+  const verdicts = runs.map(runVerdict);
+  // Every run the script may make must run vLLM: one that may not is no evidence.
+  if (!verdicts.length || !verdicts.every((v) => v === 'vllm' || v === 'multi-node')) return undefined;
+  if (verdicts.includes('multi-node')) return "KServe's multi-node huggingfaceserver (its script runs `ray start --head`, then huggingfaceserver), which runs only on vLLM's backend";
+  return runs[0]!.inScript ? 'KServe huggingfaceserver with --backend=vllm, run by its shell script' : 'KServe huggingfaceserver with --backend=vllm';
 }
 
 export function imageIsVllmFamily(image: string | undefined): boolean {
@@ -137,8 +210,7 @@ export function startsRayNode(argv: readonly string[]): boolean {
 
 export function vllmEvidence(argv: readonly string[]): string | undefined {
   if (argvStartsVllm(argv)) return 'its start runs vLLM';
-  if (runsHuggingfaceServer(argv) && backendIsVllm(argv)) return 'KServe huggingfaceserver with --backend=vllm';
-  return undefined;
+  return huggingfaceServerEvidence(argv);
 }
 
 /**
