@@ -129,16 +129,9 @@ export function isPlainDecimal(s: string, maxDecimals: number): boolean {
   return i === s.length && i - point - 1 >= 1 && i - point - 1 <= maxDecimals;
 }
 
-
-
 /**
- * What Python's float() reads (vLLM's argparse type for --gpu-memory-utilization), in ASCII:
- * a sign, digits with an optional point, an optional exponent; `_` between two digits; ASCII
- * whitespace around it (" \t\n\v\f\r": a Secret made with --from-file ends in a newline).
- * float() also reads non-ASCII digits and spaces, "inf" and "nan": none of them is taken here.
- */
-/**
- * A utilization written the way Python's float() reads it (readPythonFloat), rounded UP to 6
+ * A utilization written the way Python's float() reads it (readPythonFloat, with ASCII
+ * whitespace around it, trimPythonSpace: a Secret made with --from-file ends in a newline), rounded UP to 6
  * decimals and spelled `1` or `0.DDDDDD` without trailing zeros; undefined unless
  * 1e-323 <= value <= 1 (below that float() reads 0 or a denormal). Exact: works on the
  * digits, not on a binary float. Rounding up asks for at most 1e-6 x total more, 1 MiB on

@@ -1,5 +1,10 @@
 /**
- * Python's float() syntax in ASCII, read by a scan instead of a regex: a render
+ * What Python's float() reads (vLLM's argparse type for --gpu-memory-utilization), in ASCII:
+ * a sign, digits with an optional point, an optional exponent; `_` between two digits; ASCII
+ * whitespace around it (" \t\n\v\f\r"). float() also reads non-ASCII digits and spaces,
+ * "inf" and "nan": none of them is taken here.
+ *
+ * Read by a scan instead of a regex: a render
  * is a fresh process, where each regex costs its compilation on its first runs
  * (~100-250 us for these; docs/benchmarks.md). test/core/cold-regexes.test.ts
  * holds the scan to the regexes it replaces:
