@@ -15,9 +15,9 @@
 // cost twice the CPU per request, taken from the server. HTTP/2 uses Node's
 // http2 client. The generator's own CPU per request is printed.
 //
-//   node scripts/bench/webhook-load.mjs [--quick]    (builds the bundle into a temp dir)
+//   node scripts/bench/webhook-load.mjs [--quick]    (builds the bundle into a temp dir; --bundle FILE uses one)
 import { execFileSync, spawn } from 'node:child_process';
-import { mkdirSync, mkdtempSync, openSync, readFileSync, rmSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, openSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import http2 from 'node:http2';
 import tls from 'node:tls';
 import os from 'node:os';
@@ -281,17 +281,28 @@ export async function webhookLoad({ bundle, node = process.execPath, env = proce
 }
 
 if (process.argv[1] === fileURLToPath(import.meta.url)) {
-  const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..');
+  // node scripts/bench/webhook-load.mjs [--quick] [--bundle FILE] [--json FILE]
+  // scripts/bench.mjs runs this as a child with --bundle and --json, so that the load
+  // generator is a fresh process: run inside the bench, whose heap holds the earlier
+  // sections' 53 MB streams, its own collector's pauses read as the webhook's latency.
+  const arg = (name) => {
+    const i = process.argv.indexOf(name);
+    return i === -1 ? undefined : process.argv[i + 1];
+  };
   const work = mkdtempSync(path.join(os.tmpdir(), 'vram-preflight-webhook-bench-'));
   try {
-    const { buildBundle } = await import('../build.mjs');
-    const bundle = path.join(work, 'bundle', 'vram-preflight.cjs');
-    await buildBundle({ outfile: bundle, quiet: true });
-    process.stdout.write(`vram-preflight webhook load — ${new Date().toISOString().slice(0, 16).replace('T', ' ')} UTC — ${os.cpus().length} CPU, load average ${os.loadavg().map((l) => l.toFixed(2)).join(' ')}\n`);
-    const env = Object.fromEntries(Object.entries(process.env).filter(([k]) => k !== 'NODE_EXTRA_CA_CERTS' && !k.startsWith('VRAM_PREFLIGHT_')));
-    await webhookLoad({ bundle, env, work: path.join(work, 'webhook'), quick: process.argv.includes('--quick') });
+    let bundle = arg('--bundle');
+    if (bundle === undefined) {
+      const { buildBundle } = await import('../build.mjs');
+      bundle = path.join(work, 'bundle', 'vram-preflight.cjs');
+      await buildBundle({ outfile: bundle, quiet: true });
+      process.stdout.write(`vram-preflight webhook load — ${new Date().toISOString().slice(0, 16).replace('T', ' ')} UTC — ${os.cpus().length} CPU, load average ${os.loadavg().map((l) => l.toFixed(2)).join(' ')}\n`);
+    }
+    const env = Object.fromEntries(Object.entries(process.env).filter(([k]) => k !== 'NODE_EXTRA_CA_CERTS' && k !== 'NODE_OPTIONS' && !k.startsWith('VRAM_PREFLIGHT_')));
+    const result = await webhookLoad({ bundle, env, work: path.join(work, 'webhook'), quick: process.argv.includes('--quick') });
+    const json = arg('--json');
+    if (json !== undefined) writeFileSync(json, `${JSON.stringify(result)}\n`);
   } finally {
     rmSync(work, { recursive: true, force: true });
   }
-  void root;
 }
