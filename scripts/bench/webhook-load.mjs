@@ -16,7 +16,7 @@
 // http2 client. The generator's own CPU per request is printed.
 //
 //   node scripts/bench/webhook-load.mjs [--quick]    (builds the bundle into a temp dir; --bundle FILE uses one)
-import { execFileSync, spawn } from 'node:child_process';
+import { execFileSync, spawn, spawnSync } from 'node:child_process';
 import { mkdirSync, mkdtempSync, openSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import http2 from 'node:http2';
 import tls from 'node:tls';
@@ -245,6 +245,36 @@ export async function webhookLoad({ bundle, node = process.execPath, env = proce
       say(`  ${label.padEnd(15)} ${how.padEnd(21)} ${loadText.padEnd(14)} ${r.perSecond.toFixed(0).padStart(12)} ${`${r.p50.toFixed(2)} ms`.padStart(9)} ${`${r.p99.toFixed(2)} ms`.padStart(9)} ${`${r.serverCpuUs.toFixed(0)} µs`.padStart(11)} ${`${r.clientCpuUs.toFixed(0)} µs`.padStart(11)}`);
     }
   }
+  // HTTP/2 from a lean generator too, where nghttp2's h2load is installed (Debian: nghttp2-client):
+  // one session, 16 streams, 2,000/s; its per-request log gives the percentiles. Its pacing sends
+  // each tick's requests together, so its p50 holds a small queue that the rows above do not.
+  const h2load = spawnSync('h2load', ['--version'], { encoding: 'utf8' });
+  if (h2load.status === 0) {
+    for (const [label, body] of Object.entries(bodies)) {
+      const bodyFile = path.join(work, 'body.json');
+      writeFileSync(bodyFile, body);
+      const common = ['-c', '1', '-m', '16', '-H', 'content-type: application/json', '-d', bodyFile, `${url}/mutate`];
+      spawnSync('h2load', ['-n', String(quick ? 1000 : 4000), ...common], { stdio: 'ignore' });
+      for (let run = 0; run < reps; run++) {
+        const logFile = path.join(work, 'h2load.tsv');
+        rmSync(logFile, { force: true });
+        const cpu0 = cpuMs(child.pid);
+        const n = ((quick ? 1500 : 4000) * GOALS.perSecond) / 1000;
+        const started = performance.now();
+        const out = spawnSync('h2load', ['-n', String(n), '--rps', String(GOALS.perSecond), '--log-file', logFile, ...common], { encoding: 'utf8' });
+        const seconds = (performance.now() - started) / 1000;
+        const serverCpu = cpuMs(child.pid) - cpu0;
+        const lines = readFileSync(logFile, 'utf8').trim().split('\n');
+        const latencies = lines.map((line) => Number(line.split('\t')[2]) / 1000).sort((a, b) => a - b);
+        const ok = lines.filter((line) => line.split('\t')[1] === '200').length;
+        if (out.status !== 0 || ok !== n) failures += n - ok;
+        const r = { n: latencies.length, perSecond: latencies.length / seconds, p50: percentile(latencies, 50), p99: percentile(latencies, 99), serverCpuUs: (1000 * serverCpu) / latencies.length, clientCpuUs: NaN };
+        const how = '1 HTTP/2 (h2load), 16 streams';
+        rows.push({ pod: label, connections: how, load: `${GOALS.perSecond}/s offered`, ...r });
+        say(`  ${label.padEnd(15)} ${how.padEnd(21)} ${`${GOALS.perSecond}/s offered`.padEnd(14)} ${r.perSecond.toFixed(0).padStart(12)} ${`${r.p50.toFixed(2)} ms`.padStart(9)} ${`${r.p99.toFixed(2)} ms`.padStart(9)} ${`${r.serverCpuUs.toFixed(0)} µs`.padStart(11)} ${'(C)'.padStart(11)}`);
+      }
+    }
+  } else say('  (h2load not found: no HTTP/2 rows from a lean generator; Debian package nghttp2-client)');
   // Memory: on to 100,000 admissions (half of each pod), RSS at each quarter.
   const total = quick ? 20_000 : 100_000;
   const rss = [{ admissions: 0, rssMiB: rssAfterWarmup }];
@@ -275,6 +305,10 @@ export async function webhookLoad({ bundle, node = process.execPath, env = proce
       `  goals (${label}, 16 HTTP/1.1): >= ${GOALS.perSecond}/s flat out ${flat.perSecond >= GOALS.perSecond ? 'met' : 'NOT met'} (${flat.perSecond.toFixed(0)}/s); ` +
         `p99 <= ${GOALS.p99AtSixteenMs} ms at ${GOALS.perSecond}/s offered ${p99 <= GOALS.p99AtSixteenMs ? 'met' : 'NOT met'} (median of ${offered.length} runs ${p99.toFixed(2)} ms; runs ${offered.map((v) => v.toFixed(2)).join(', ')} ms; flat out it is ${flat.p99.toFixed(2)} ms: 16 requests always queued)`,
     );
+  }
+  for (const label of Object.keys(bodies)) {
+    const h2 = rows.filter((r) => r.pod === label && r.connections.includes('h2load')).map((r) => r.p99);
+    if (h2.length) say(`  HTTP/2 (h2load, ${label}): p99 at ${GOALS.perSecond}/s median of ${h2.length} runs ${median(h2).toFixed(2)} ms (runs ${h2.map((v) => v.toFixed(2)).join(', ')} ms)`);
   }
   say(`  failed answers ${failures}; exit after SIGTERM ${code}`);
   return { rows, rss, failures, exitCode: code };
