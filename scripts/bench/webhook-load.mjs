@@ -246,8 +246,8 @@ export async function webhookLoad({ bundle, node = process.execPath, env = proce
     }
   }
   // HTTP/2 from a lean generator too, where nghttp2's h2load is installed (Debian: nghttp2-client):
-  // one session, 16 streams, 2,000/s; its per-request log gives the percentiles. Its pacing sends
-  // each tick's requests together, so its p50 holds a small queue that the rows above do not.
+  // one session, 16 streams, 2,000/s; its per-request log gives the percentiles. Its p50 is
+  // higher than the rows above at the same rate: its requests come in bursts (docs/webhook.md).
   const h2load = spawnSync('h2load', ['--version'], { encoding: 'utf8' });
   if (h2load.status === 0) {
     for (const [label, body] of Object.entries(bodies)) {
