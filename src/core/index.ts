@@ -4,8 +4,9 @@
  * `transform` for a manifest stream, `patchObject` for one object as JSON.
  */
 export { transform, type TransformInput, type TransformResult } from './transform.js';
-export { applyPatch, jsonPointer, patchObject, type JsonPatchOperation, type PatchInput, type PatchResult } from './patch.js';
+export { applyPatch, jsonPointer, patchObject, pointerSegment, type JsonPatchOperation, type PatchInput, type PatchResult } from './patch.js';
 export { withLookups } from './lookups.js';
+export { asObject } from './decide/values.js';
 export type { Action, ContainerReport } from './decide/container.js';
 export { ANNOTATION_CONTAINERS, ANNOTATION_SKIP, ANNOTATION_UTILIZATION } from './decide/detect.js';
 export type { ImageStartAnswer, LookupFailure, RegistryAnswers } from './decide/start.js';

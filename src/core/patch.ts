@@ -39,9 +39,13 @@ export interface PatchResult extends WalkResult {
   wantedImages: string[];
 }
 
-/** RFC 6901: `~` and `/` inside a reference token. */
+/** RFC 6901: `~` is `~0`, `/` is `~1` inside a reference token. */
+export function pointerSegment(key: string): string {
+  return key.replaceAll('~', '~0').replaceAll('/', '~1');
+}
+
 export function jsonPointer(path: readonly (string | number)[]): string {
-  return path.map((step) => `/${String(step).replaceAll('~', '~0').replaceAll('/', '~1')}`).join('');
+  return path.map((step) => `/${pointerSegment(String(step))}`).join('');
 }
 
 

@@ -22,7 +22,7 @@
  */
 import type { Options } from '../core/options.js';
 import type { RegistryAnswers } from '../core/decide/start.js';
-import { claimReferences, patchObject, withLookups, type JsonPatchOperation, type PatchResult } from '../core/index.js';
+import { asObject, claimReferences, patchObject, pointerSegment, withLookups, type JsonPatchOperation, type PatchResult } from '../core/index.js';
 import type { ClaimReadResult, ClaimReference } from './claims.js';
 import type { Outcome } from './metrics.js';
 import { base64Json } from './patch-encoding.js';
@@ -60,17 +60,11 @@ export interface Admission {
 }
 
 type Plain = Record<string, unknown>;
-const asObject = (value: unknown): Plain | undefined => (value !== null && typeof value === 'object' && !Array.isArray(value) ? (value as Plain) : undefined);
 
 /** A reason on one line, short enough for kubectl's warning and an annotation. */
 export function shortReason(reason: string, limit = 160): string {
   const line = reason.split('\n')[0]!.trim();
   return line.length <= limit ? line : `${line.slice(0, limit - 1)}…`;
-}
-
-/** RFC 6901: `~` is `~0`, `/` is `~1`. */
-export function pointerSegment(key: string): string {
-  return key.replace(/~/g, '~0').replace(/\//g, '~1');
 }
 
 function invalid(message: string): Admission {

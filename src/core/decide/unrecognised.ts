@@ -4,12 +4,9 @@
  */
 import { nvidiaGpuSignals, type DeviceClaims, type GpuSignal } from '../tables/gpu.js';
 import { imageIsVllmFamily, vllmEvidence } from './detect.js';
+import { asObject } from './values.js';
 
 type Plain = Record<string, unknown>;
-
-function asObject(value: unknown): Plain | undefined {
-  return value && typeof value === 'object' && !Array.isArray(value) ? (value as Plain) : undefined;
-}
 
 function strings(value: unknown): string[] | undefined {
   return Array.isArray(value) && value.every((item) => typeof item === 'string') ? (value as string[]) : undefined;

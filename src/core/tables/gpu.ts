@@ -5,12 +5,9 @@
  * is no nvidia-smi to ask and nothing to wait for.
  */
 import { isAsciiDigit } from '../char-classes.js';
+import { asObject } from '../decide/values.js';
 
 type Plain = Record<string, unknown>;
-
-function asObject(value: unknown): Plain | undefined {
-  return value && typeof value === 'object' && !Array.isArray(value) ? (value as Plain) : undefined;
-}
 
 /** Device classes of NVIDIA's DRA driver (k8s-dra-driver-gpu). */
 export const NVIDIA_DEVICE_CLASSES: readonly string[] = ['gpu.nvidia.com', 'mig.nvidia.com'];
