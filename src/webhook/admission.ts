@@ -23,13 +23,14 @@
 import type { Options } from '../core/options.js';
 import type { RegistryAnswers } from '../core/decide/start.js';
 import { asObject, claimReferences, patchObject, pointerSegment, withLookups, type JsonPatchOperation, type PatchResult } from '../core/index.js';
+import { invalidAnswer as invalid, REVIEW_VERSION, reviewText as review, type Admission, type RefusedContainer } from './answers.js';
 import type { ClaimReadResult, ClaimReference } from './claims.js';
 import type { Outcome } from './metrics.js';
-import { base64Json } from './patch-encoding.js';
+
+export type { Admission, RefusedContainer };
 
 export const ANNOTATION_WRAPPED = 'vram-preflight.io/wrapped';
 export const ANNOTATION_NOT_WRAPPED = 'vram-preflight.io/not-wrapped';
-const REVIEW_VERSION = 'admission.k8s.io/v1';
 
 export interface AdmissionDependencies {
   options: Options;
@@ -39,50 +40,12 @@ export interface AdmissionDependencies {
   readClaims?: (namespace: string, references: readonly ClaimReference[]) => Promise<ClaimReadResult>;
 }
 
-export interface RefusedContainer {
-  container: string;
-  reason: string;
-}
-
-export interface Admission {
-  /** 200, or 400 when the body is no AdmissionReview. */
-  status: number;
-  /** The JSON body to send. */
-  body: string;
-  outcome: Outcome | 'invalid' | 'ignored';
-  dryRun: boolean;
-  wrapped: string[];
-  refused: RefusedContainer[];
-  /** Containers decided that are neither wrapped nor refused. */
-  skipped: number;
-  /** Fields of the one log line (no env values, no object). */
-  log: Record<string, unknown>;
-}
-
 type Plain = Record<string, unknown>;
 
 /** A reason on one line, short enough for kubectl's warning and an annotation. */
 export function shortReason(reason: string, limit = 160): string {
   const line = reason.split('\n')[0]!.trim();
   return line.length <= limit ? line : `${line.slice(0, limit - 1)}…`;
-}
-
-function invalid(message: string): Admission {
-  return { status: 400, body: JSON.stringify({ error: message }), outcome: 'invalid', dryRun: false, wrapped: [], refused: [], skipped: 0, log: { error: message } };
-}
-
-/**
- * The AdmissionReview answer's JSON text (the patch's base64 is joined from
- * pieces kept between answers: see ./patch-encoding.ts). One string, written
- * at once: written piece by piece, even corked, the answer cost the server
- * ~150 µs more CPU per wrapped pod (docs/webhook.md, "Speed").
- */
-function review(uid: string, patch: JsonPatchOperation[], warnings: string[]): string {
-  const head = `{"apiVersion":${JSON.stringify(REVIEW_VERSION)},"kind":"AdmissionReview","response":{"uid":${JSON.stringify(uid)},"allowed":true`;
-  const tail = `${warnings.length > 0 ? `,"warnings":${JSON.stringify(warnings)}` : ''}}}`;
-  if (patch.length === 0) return head + tail;
-  // Base64 needs no escaping inside a JSON string.
-  return `${head},"patchType":"JSONPatch","patch":"${base64Json(patch).join('')}"${tail}`;
 }
 
 /** Ops that set the annotations to these values (creating metadata.annotations where the pod has none); none for a value already there. */
