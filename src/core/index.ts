@@ -7,7 +7,7 @@ export { transform, type TransformInput, type TransformResult } from './transfor
 export { applyPatch, jsonPointer, patchObject, pointerSegment, type JsonPatchOperation, type PatchInput, type PatchResult } from './patch.js';
 export { withLookups } from './lookups.js';
 export { asObject } from './decide/values.js';
-export type { Action, ContainerReport } from './decide/container.js';
+export { ACTION_EFFECTS, type Action, type ContainerReport } from './decide/container.js';
 export { ANNOTATION_CONTAINERS, ANNOTATION_SKIP, ANNOTATION_UTILIZATION } from './decide/detect.js';
 export type { ImageStartAnswer, LookupFailure, RegistryAnswers } from './decide/start.js';
 export { claimReferences, emptyDeviceClaims, recordDeviceClaim, type DeviceClaims } from './tables/gpu.js';

@@ -21,6 +21,23 @@ import { VERSION } from '../version.js';
 
 export type Action = 'wrap' | 'rewrap' | 'unchanged' | 'unwrap' | 'skip' | 'cannot-wrap' | 'error';
 
+/**
+ * What each action means for the container's start, said once for every
+ * reader (explain, the multi-node check, the webhook's annotations):
+ * `waits`, it runs the preflight wait after this decision; `writes`, this
+ * decision gives it a new start; `missed`, a container that should wait
+ * does not, and the reason says why.
+ */
+export const ACTION_EFFECTS: Readonly<Record<Action, { waits: boolean; writes: boolean; missed: boolean }>> = {
+  wrap: { waits: true, writes: true, missed: false },
+  rewrap: { waits: true, writes: true, missed: false },
+  unchanged: { waits: true, writes: false, missed: false },
+  unwrap: { waits: false, writes: true, missed: false },
+  skip: { waits: false, writes: false, missed: false },
+  'cannot-wrap': { waits: false, writes: false, missed: true },
+  error: { waits: false, writes: false, missed: true },
+};
+
 export interface ContainerReport {
   document: DocumentRef;
   /** `Deployment/name`. */
@@ -43,6 +60,8 @@ export interface ContainerReport {
   warnings: string[];
   /** Facts explain shows that are neither warnings nor errors. */
   notes: string[];
+  /** Skipped because these DRA claims (`ResourceClaimTemplate x (claim "y")`) are not known, so its GPU cannot be told: a door that reads claims says why it could not. */
+  unknownDeviceClaims?: string[];
   error?: PreflightError;
 }
 
@@ -193,6 +212,7 @@ export function decideContainer(input: ContainerInput, base: Pick<ContainerRepor
         if (gpu.unknownClaims.length && (family || runsVllmAsWritten)) {
           report.warnings.push(`vLLM with DRA ${gpu.unknownClaims.join(', ')} defined outside this render: cannot tell whether it is an NVIDIA GPU, so it is not wrapped (name it in ${ANNOTATION_CONTAINERS} to wrap it)`);
           report.notes.push(`DRA claim unknown: ${gpu.unknownClaims.join(', ')}`);
+          report.unknownDeviceClaims = gpu.unknownClaims;
           // Unknown is not absent: say which claim could not be read, not "no NVIDIA GPU".
           return `GPU unknown: its DRA ${gpu.unknownClaims.join(', ')} is not in this render (or, at admission, could not be read), so whether it is an NVIDIA GPU cannot be told`;
         }

@@ -3,9 +3,7 @@
  * front of some of its GPU containers and not others protects only part of
  * the model's GPUs.
  */
-import type { ContainerReport } from './container.js';
-
-const WRAPPED = new Set(['wrap', 'rewrap', 'unchanged']);
+import { ACTION_EFFECTS, type ContainerReport } from './container.js';
 
 /**
  * GPU containers of the object that were skipped while a container of
@@ -15,7 +13,7 @@ export function unwrappedGpuWorkers(reports: readonly ContainerReport[]): { skip
   const pairs: { skipped: ContainerReport; wrapped: ContainerReport }[] = [];
   for (const skipped of reports) {
     if (skipped.initContainer || skipped.action !== 'skip' || skipped.gpuSignals.length === 0 || skipped.reason.startsWith('opted out')) continue;
-    const wrapped = reports.find((r) => WRAPPED.has(r.action) && r.template !== skipped.template);
+    const wrapped = reports.find((r) => ACTION_EFFECTS[r.action].waits && r.template !== skipped.template);
     if (wrapped) pairs.push({ skipped, wrapped });
   }
   return pairs;

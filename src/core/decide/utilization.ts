@@ -40,6 +40,8 @@ export interface UtilizationInput {
 
 interface Found {
   raw: string;
+  /** How messages show the value: quoted as written, or, for an env var's value, not at all (env values may be secrets, and messages reach logs and pod annotations). */
+  shown?: string;
   origin: string;
   /** Found inside a shell string rather than as its own argv item. */
   inShellText: boolean;
@@ -99,11 +101,11 @@ export function isPythonFloatText(text: string): boolean {
   return parts !== undefined && parts.sign !== '-';
 }
 
-export function parseUtilizationValue(raw: string, where: string, context: ErrorDetails): number {
+export function parseUtilizationValue(raw: string, where: string, context: ErrorDetails, shown = `"${raw}"`): number {
   const text = raw.trim();
   const value = isPythonFloatText(text) ? Number(text.replaceAll('_', '')) : Number.NaN;
   if (!(value > 0 && value <= 1)) {
-    throw new PreflightError('BAD_UTILIZATION', `--gpu-memory-utilization "${raw}" (${where}) is not a number in (0, 1]`, {
+    throw new PreflightError('BAD_UTILIZATION', `--gpu-memory-utilization ${shown} (${where}) is not a number in (0, 1]`, {
       ...context,
       fix: 'give vLLM a fraction such as 0.9 (vLLM rejects anything else at start-up too)',
     });
@@ -140,7 +142,7 @@ function resolveReference(found: Found, input: UtilizationInput): Found | Utiliz
   }
   if (typeof definition.value !== 'string' || definition.valueFrom !== undefined) return runtime(found, `env ${name} comes from valueFrom`);
   if (definition.value.includes('$(')) return runtime(found, `env ${name} refers to other variables`);
-  return { raw: definition.value, origin: `env ${name} via ${found.origin}`, inShellText: false };
+  return { raw: definition.value, shown: `(the value of env ${name}, not shown)`, origin: `env ${name} via ${found.origin}`, inShellText: false };
 }
 
 function isUtilization(value: Found | Utilization): value is Utilization {
@@ -155,9 +157,9 @@ export function readUtilization(input: UtilizationInput): Utilization {
     if (inArgv !== undefined && inArgv !== 'unreadable') {
       const found = resolveReference(inArgv, input);
       if (!isUtilization(found)) {
-        const fromArgs = parseUtilizationValue(found.raw, found.origin, context);
+        const fromArgs = parseUtilizationValue(found.raw, found.origin, context, found.shown);
         if (fromArgs !== value) {
-          throw new PreflightError('BAD_ANNOTATION', `annotation ${input.annotation.key}: "${input.annotation.value}" contradicts --gpu-memory-utilization ${found.raw} (${found.origin})`, {
+          throw new PreflightError('BAD_ANNOTATION', `annotation ${input.annotation.key}: "${input.annotation.value}" contradicts --gpu-memory-utilization ${found.shown ?? found.raw} (${found.origin})`, {
             ...context,
             fix: 'remove the annotation: it is only needed when the value cannot be read from the args',
           });
@@ -175,7 +177,7 @@ export function readUtilization(input: UtilizationInput): Utilization {
   if (inArgv) {
     const found = resolveReference(inArgv, input);
     if (isUtilization(found)) return found;
-    return { value: parseUtilizationValue(found.raw, found.origin, context), source: 'args', origin: found.origin };
+    return { value: parseUtilizationValue(found.raw, found.origin, context, found.shown), source: 'args', origin: found.origin };
   }
   if (input.start.some((item) => item === '--config' || item.startsWith('--config='))) {
     throw new PreflightError('UNREADABLE_UTILIZATION', 'vLLM reads a --config file here, which may set gpu_memory_utilization', {

@@ -7,6 +7,7 @@
 import type { Options } from '../options.js';
 import { describeDocument, escapeControl } from '../errors.js';
 import type { TransformResult } from '../transform.js';
+import { ACTION_EFFECTS } from '../decide/container.js';
 
 function table(rows: string[][]): string {
   const widths = rows[0]!.map((_, col) => Math.max(...rows.map((row) => row[col]!.length)));
@@ -26,7 +27,7 @@ export function renderExplanation(result: TransformResult, options: Options): st
   ].map(escapeControl));
   const lines: string[] = [];
   lines.push(rows.length ? table([header, ...rows]) : 'No workload containers found in documents that mention vLLM (the others are passed through unread).');
-  const wrapped = result.containers.filter((c) => c.action === 'wrap' || c.action === 'rewrap' || c.action === 'unchanged');
+  const wrapped = result.containers.filter((c) => ACTION_EFFECTS[c.action].waits);
   lines.push('');
   lines.push(
     `Preflight settings: timeout ${options.timeoutSeconds}s, poll every ${options.pollIntervalSeconds}s, progress every ${options.logIntervalSeconds}s, headroom ${options.headroomMiB} MiB, each nvidia-smi query at most ${options.nvidiaSmiTimeoutSeconds}s, nvidia-smi unavailable: ${options.onNvidiaSmiUnavailable}.`,
