@@ -7,6 +7,7 @@
 import type { ImageStart } from './cache.js';
 import type { Credential, Credentials } from './credentials.js';
 import { parseChallenge } from './credentials.js';
+import { registryAllowed, type RegistryPolicy } from './allow.js';
 import { httpRequest, isLoopbackHost, NetworkError, seconds, type Env, type HttpResponse } from './http.js';
 
 export const OCI_INDEX = 'application/vnd.oci.image.index.v1+json';
@@ -34,6 +35,8 @@ export interface ClientContext {
   insecureRegistries: readonly string[];
   ca?: readonly string[];
   credentials: Credentials;
+  /** Which registries may be asked, at which addresses (./allow.ts); absent: any. */
+  policy?: RegistryPolicy;
 }
 
 export interface Platform {
@@ -99,6 +102,8 @@ export class Registry {
   readonly apiHost: string;
   private scheme: 'https' | 'http' | undefined;
   private readonly insecure: boolean;
+  /** Every connection of this registry's lookups (token server, redirects too) goes to a public address only. */
+  private readonly publicOnly: boolean;
   /** Authorization header per repository (tokens are scoped to one). */
   private readonly auth = new Map<string, string>();
 
@@ -108,7 +113,9 @@ export class Registry {
   ) {
     this.apiHost = name === 'docker.io' ? 'registry-1.docker.io' : name;
     const hostname = new URL(`http://${this.apiHost}`).hostname;
-    this.insecure = isLoopbackHost(hostname) || ctx.insecureRegistries.some((r) => r.toLowerCase() === name.toLowerCase() || r.toLowerCase() === hostname);
+    // Under a policy (the webhook), loopback is no exception: only the registries listed as insecure are.
+    this.insecure = (!ctx.policy && isLoopbackHost(hostname)) || ctx.insecureRegistries.some((r) => r.toLowerCase() === name.toLowerCase() || r.toLowerCase() === hostname);
+    this.publicOnly = !registryAllowed(name, ctx.policy).privateAddresses;
   }
 
   private timeout(): number {
@@ -134,7 +141,7 @@ export class Registry {
     const schemes: ('https' | 'http')[] = this.scheme ? [this.scheme] : this.insecure ? ['https', 'http'] : ['https'];
     for (const scheme of schemes) {
       try {
-        const res = await httpRequest({ method, url: new URL(`${scheme}://${this.apiHost}${path}`), headers, timeoutMs: this.timeout(), env: this.ctx.env, ca: this.ctx.ca, insecureTls: this.insecure, maxBytes });
+        const res = await httpRequest({ method, url: new URL(`${scheme}://${this.apiHost}${path}`), headers, timeoutMs: this.timeout(), env: this.ctx.env, ca: this.ctx.ca, insecureTls: this.insecure, publicOnly: this.publicOnly, maxBytes });
         this.scheme = scheme;
         return res;
       } catch (err) {
@@ -186,12 +193,12 @@ export class Registry {
     try {
       if (credential?.kind === 'identity-token') {
         const form = new URLSearchParams({ grant_type: 'refresh_token', refresh_token: credential.token, client_id: 'vram-preflight', ...(params.service ? { service: params.service } : {}), scope });
-        res = await httpRequest({ method: 'POST', url, headers: { 'Content-Type': 'application/x-www-form-urlencoded' }, body: form.toString(), timeoutMs: this.timeout(), env: this.ctx.env, ca: this.ctx.ca, insecureTls: isLoopbackHost(url.hostname) && this.insecure, maxBytes: 1024 * 1024 });
+        res = await httpRequest({ method: 'POST', url, headers: { 'Content-Type': 'application/x-www-form-urlencoded' }, body: form.toString(), timeoutMs: this.timeout(), env: this.ctx.env, ca: this.ctx.ca, insecureTls: isLoopbackHost(url.hostname) && this.insecure, publicOnly: this.publicOnly, maxBytes: 1024 * 1024 });
       } else {
         if (params.service) url.searchParams.set('service', params.service);
         url.searchParams.set('scope', scope);
         const headers: Record<string, string> = credential?.kind === 'basic' ? { Authorization: `Basic ${Buffer.from(`${credential.username}:${credential.password}`).toString('base64')}` } : {};
-        res = await httpRequest({ method: 'GET', url, headers, timeoutMs: this.timeout(), env: this.ctx.env, ca: this.ctx.ca, insecureTls: isLoopbackHost(url.hostname) && this.insecure, maxBytes: 1024 * 1024 });
+        res = await httpRequest({ method: 'GET', url, headers, timeoutMs: this.timeout(), env: this.ctx.env, ca: this.ctx.ca, insecureTls: isLoopbackHost(url.hostname) && this.insecure, publicOnly: this.publicOnly, maxBytes: 1024 * 1024 });
       }
     } catch (err) {
       throw this.networkError(err, where);

@@ -6,6 +6,7 @@
  */
 import type { IncomingHttpHeaders, IncomingMessage, ClientRequest } from 'node:http';
 import type { Socket } from 'node:net';
+import { isPublicAddress, publicOnlyLookup } from './allow.js';
 
 export type Env = Readonly<Record<string, string | undefined>>;
 
@@ -21,6 +22,8 @@ export interface HttpRequest {
   ca?: readonly string[];
   /** Skip certificate verification (insecure registries only, as Docker does). */
   insecureTls?: boolean;
+  /** Connect only to public addresses, checked on the resolved address (./allow.ts); the proxy, when one is used, is the operator's. */
+  publicOnly?: boolean;
   maxBytes: number;
 }
 
@@ -192,7 +195,7 @@ export function seconds(ms: number): string {
 }
 
 async function once(request: HttpRequest, nominalTimeoutMs: number): Promise<HttpResponse> {
-  const { http, https, tls } = await load();
+  const { http, https, tls, net } = await load();
   const { url } = request;
   const isHttps = url.protocol === 'https:';
   const port = Number(url.port || defaultPort(url.protocol));
@@ -244,7 +247,10 @@ async function once(request: HttpRequest, nominalTimeoutMs: number): Promise<Htt
     };
 
     if (!proxy) {
-      const options = { host: url.hostname.replace(/^\[|\]$/g, ''), port, path, method: request.method, headers, agent: false as const };
+      const host = url.hostname.replace(/^\[|\]$/g, '');
+      // An address written as such is never looked up: check it here; a name is checked on what it resolves to.
+      if (request.publicOnly && net.isIP(host) !== 0 && !isPublicAddress(host)) return finish(new NetworkError('network', `${url.host}: not a public address`));
+      const options = { host, port, path, method: request.method, headers, agent: false as const, ...(request.publicOnly ? { lookup: publicOnlyLookup } : {}) };
       send(isHttps ? https.request({ ...options, ca, servername, rejectUnauthorized: !request.insecureTls }) : http.request(options));
       return;
     }

@@ -9,11 +9,16 @@ import { DiskCache, defaultCacheDir, type CachedConfig, type ImageStart } from '
 import { DIGEST_PATTERN, formatPlatform, LookupError, parsePlatform, Registry, type ClientContext, type Platform } from './client.js';
 import { Credentials, dockerConfigPath } from './credentials.js';
 import { noProxyMatches } from './http.js';
+import { registryAllowed, type RegistryPolicy } from './allow.js';
 import type { ImageStartAnswer, LookupFailure } from '../core/decide/start.js';
 
-export type { ImageStartAnswer, LookupFailure };
+export type { ImageStartAnswer, LookupFailure, RegistryPolicy };
 
-export { noProxyMatches };
+/** A failure the door may tell apart: `notAllowed`, the policy refused the registry by name before any connection. */
+export type RegistryFailure = LookupFailure & { notAllowed?: true };
+
+export { noProxyMatches, registryAllowed };
+export { isPublicAddress } from './allow.js';
 
 export interface RegistryOptions {
   /** os/architecture[/variant], e.g. linux/amd64 (the default to pass), linux/arm64/v8. */
@@ -31,8 +36,74 @@ export interface RegistryOptions {
   /** HOME, DOCKER_CONFIG, XDG_CACHE_HOME, HTTPS_PROXY, NO_PROXY, PATH (for docker-credential-*). */
   env: Readonly<Record<string, string | undefined>>;
   now?: () => Date;
-  /** Lookups in flight at once. Default 4. */
+  /** Lookups in flight at once for this call. Default 4 (and never more than the process-wide cap: setLookupLimit). */
   concurrency?: number;
+  /** Which registries may be asked, at which addresses (./allow.ts); absent: any registry, any address (the CLI). */
+  policy?: RegistryPolicy;
+}
+
+/**
+ * Lookups in flight in the whole process, at most `limit`: however many
+ * distinct images the pods name at once, the process opens at most that many
+ * lookups' connections. The others wait their turn within their own
+ * deadline; past `queueLimit` waiting, a lookup fails at once.
+ */
+class LookupSlots {
+  private running = 0;
+  private readonly waiting: { start: () => void }[] = [];
+
+  constructor(
+    public limit: number,
+    public queueLimit: number,
+  ) {}
+
+  /** Resolves with the slot's release, or with undefined when no slot came before `deadline` (epoch ms) or the queue is full. */
+  take(deadline: number): Promise<(() => void) | undefined> {
+    let released = false;
+    const release = (): void => {
+      if (released) return;
+      released = true;
+      this.running--;
+      const next = this.waiting.shift();
+      if (next) next.start();
+    };
+    if (this.running < this.limit) {
+      this.running++;
+      return Promise.resolve(release);
+    }
+    if (this.waiting.length >= this.queueLimit) return Promise.resolve(undefined);
+    return new Promise((resolve) => {
+      const waiter = {
+        start: () => {
+          clearTimeout(timer);
+          this.running++;
+          resolve(release);
+        },
+      };
+      const timer = setTimeout(() => {
+        this.waiting.splice(this.waiting.indexOf(waiter), 1);
+        resolve(undefined);
+      }, Math.max(0, deadline - Date.now()));
+      this.waiting.push(waiter);
+    });
+  }
+
+  get inFlight(): number {
+    return this.running;
+  }
+}
+
+const slots = new LookupSlots(8, 256);
+
+/** Sets the process-wide cap on lookups in flight (and how many may wait for a slot). */
+export function setLookupLimit(limit: number, queueLimit = Math.max(64, limit * 32)): void {
+  slots.limit = Math.max(1, limit);
+  slots.queueLimit = queueLimit;
+}
+
+/** Lookups running now in this process (tests). */
+export function lookupsInFlight(): number {
+  return slots.inFlight;
 }
 
 export function isLookupFailure(result: ImageStartAnswer | LookupFailure): result is LookupFailure {
@@ -67,7 +138,7 @@ function startFor(cached: CachedConfig | undefined, wantText: string): ImageStar
   return cached.image ?? cached.platforms?.[wantText];
 }
 
-async function lookupOne(image: string, run: Run): Promise<ImageStartAnswer | LookupFailure> {
+async function lookupOne(image: string, run: Run): Promise<ImageStartAnswer | RegistryFailure> {
   let ref: ImageReference;
   try {
     ref = parseImage(image);
@@ -78,6 +149,7 @@ async function lookupOne(image: string, run: Run): Promise<ImageStartAnswer | Lo
   if (ref.digest !== undefined && !DIGEST_PATTERN.test(ref.digest)) return { image, error: `not an image reference: digest ${JSON.stringify(ref.digest)} is not sha256:<64 hex> or sha512:<128 hex>` };
   if (ref.tag !== undefined && !TAG_PATTERN.test(ref.tag)) return { image, error: `not an image reference: tag ${JSON.stringify(ref.tag)} is not a valid tag` };
 
+  if (!registryAllowed(ref.registry, run.options.policy).allowed) return { image, error: `its registry ${ref.registry} is not one the lookups are allowed to reach`, notAllowed: true };
   let registry = run.registries.get(ref.registry);
   if (!registry) {
     registry = new Registry(ref.registry, run.ctx);
@@ -149,8 +221,8 @@ async function lookupOne(image: string, run: Run): Promise<ImageStartAnswer | Lo
  * time). Never throws for a registry problem: each image maps to an answer
  * or a one-line failure. Never runs longer than about totalTimeoutMs.
  */
-export async function lookupImageStarts(images: readonly string[], options: RegistryOptions): Promise<Map<string, ImageStartAnswer | LookupFailure>> {
-  const results = new Map<string, ImageStartAnswer | LookupFailure>();
+export async function lookupImageStarts(images: readonly string[], options: RegistryOptions): Promise<Map<string, ImageStartAnswer | RegistryFailure>> {
+  const results = new Map<string, ImageStartAnswer | RegistryFailure>();
   const unique = [...new Set(images)];
   if (unique.length === 0) return results;
   let want: Platform;
@@ -187,13 +259,23 @@ export async function lookupImageStarts(images: readonly string[], options: Regi
       deadline,
       insecureRegistries: options.insecureRegistries ?? [],
       ...(ca ? { ca } : {}),
+      ...(options.policy ? { policy: options.policy } : {}),
       credentials: new Credentials(options.env, dockerConfigPath(options.env, homedir), () => Math.min(requestTimeoutMs, deadline - Date.now())),
     },
   };
   const queue = [...unique];
   const worker = async (): Promise<void> => {
     for (let image = queue.shift(); image !== undefined; image = queue.shift()) {
-      results.set(image, await lookupOne(image.trim(), run).then((r) => ({ ...r, image })));
+      const release = await slots.take(deadline);
+      if (!release) {
+        results.set(image, { image, error: `too many lookups in flight in this process (at most ${slots.limit} at once), and this one's turn did not come in time` });
+        continue;
+      }
+      try {
+        results.set(image, await lookupOne(image.trim(), run).then((r) => ({ ...r, image })));
+      } finally {
+        release();
+      }
     }
   };
   await Promise.all(Array.from({ length: Math.min(options.concurrency ?? 4, unique.length) }, worker));
