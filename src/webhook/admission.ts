@@ -22,8 +22,8 @@
  */
 import type { Options } from '../core/options.js';
 import type { RegistryAnswers } from '../core/decide/start.js';
-import { asObject, claimReferences, patchObject, pointerSegment, withLookups, type JsonPatchOperation, type PatchResult } from '../core/index.js';
-import { invalidAnswer as invalid, REVIEW_VERSION, reviewText as review, type Admission, type RefusedContainer } from './answers.js';
+import { ACTION_EFFECTS, asObject, claimReferences, patchObject, pointerSegment, withLookups, type JsonPatchOperation, type PatchResult } from '../core/index.js';
+import { allowedAnswer, echo, readReview, type Admission, type RefusedContainer } from './answers.js';
 import type { ClaimReadResult, ClaimReference } from './claims.js';
 import type { Outcome } from './metrics.js';
 
@@ -32,12 +32,25 @@ export type { Admission, RefusedContainer };
 export const ANNOTATION_WRAPPED = 'vram-preflight.io/wrapped';
 export const ANNOTATION_NOT_WRAPPED = 'vram-preflight.io/not-wrapped';
 
+/**
+ * Per-pod work is bounded, so that no admission holds the server for the
+ * others (the decision runs on the one thread): a container's decision takes
+ * ~0.15 ms and its wrapped start adds ~12 KB to the answer, so a pod of more
+ * containers than this is admitted unchanged with the reason (a 2 MB pod of
+ * 15,000 containers held 0.3.0 for 5-7 s). Pods have a handful.
+ */
+export const MAX_CONTAINERS = 64;
+/** DRA claims read for one pod at most (each is one GET, three when older resource.k8s.io versions are tried). */
+export const MAX_CLAIM_REFERENCES = 16;
+
 export interface AdmissionDependencies {
   options: Options;
   /** Registry answers for these images, within the lookup budget; absent: no lookups. */
   lookup?: (images: readonly string[]) => Promise<RegistryAnswers>;
   /** Device classes of the claims a pod names; absent: not in a cluster. */
   readClaims?: (namespace: string, references: readonly ClaimReference[]) => Promise<ClaimReadResult>;
+  /** Counts a limit that bit (metrics). */
+  limitHit?: (limit: 'containers-per-pod' | 'claims-per-pod') => void;
 }
 
 type Plain = Record<string, unknown>;
@@ -65,38 +78,34 @@ function readResult(result: PatchResult, claimFailures: ReadonlyMap<string, stri
   const wrapped: string[] = [];
   const refused: RefusedContainer[] = [];
   let skipped = 0;
-  const claimReason = [...claimFailures].map(([label, why]) => `DRA ${label}: ${why}`).join('; ');
   for (const report of result.containers) {
-    if (report.action === 'wrap') wrapped.push(report.container);
-    else if (report.action === 'error' || report.action === 'cannot-wrap') {
+    const effect = ACTION_EFFECTS[report.action];
+    const container = echo(report.container);
+    if (effect.waits && effect.writes) wrapped.push(container);
+    else if (effect.missed) {
       // The core's reason lists every source it tried; where the registry was the last hope, its failure is what to read first.
       const answer = report.image === undefined ? undefined : answers?.get(report.image);
       const failed = answer && 'error' in answer ? answer.error : undefined;
-      refused.push({ container: report.container, reason: failed ? `the start of its image is known only to its registry, and the lookup failed: ${failed}` : report.reason });
-    }
-    else if (claimFailures.size > 0 && [...report.warnings, ...report.notes].some((text) => text.includes('DRA'))) {
+      refused.push({ container, reason: failed ? `the start of its image is known only to its registry, and ${failed}` : report.reason });
+    } else if (report.unknownDeviceClaims && claimFailures.size > 0) {
       // vLLM whose GPU is a claim we could not read: the core could not tell; say why it could not.
-      refused.push({ container: report.container, reason: `${claimReason}, so it cannot tell whether the container has an NVIDIA GPU` });
+      const why = [...claimFailures].filter(([label]) => report.unknownDeviceClaims!.some((claim) => claim.startsWith(`${label} `))).map(([label, failure]) => `DRA ${label}: ${failure}`);
+      refused.push({ container, reason: `${why.length > 0 ? why.join('; ') : `DRA ${report.unknownDeviceClaims.join(', ')} not read`}, so it cannot tell whether the container has an NVIDIA GPU` });
     } else skipped++;
   }
   return { wrapped, refused, skipped };
 }
 
+/** Containers of every kind the pod has (a pod spec's lists; CREATE allows no ephemeral containers, but they are counted if sent). */
+function containerCount(spec: Plain | undefined): number {
+  return ['containers', 'initContainers', 'ephemeralContainers'].reduce((n, key) => n + (Array.isArray(spec?.[key]) ? (spec![key] as unknown[]).length : 0), 0);
+}
+
 /** Answers one request body. Never throws. */
 export async function admit(text: string, deps: AdmissionDependencies): Promise<Admission> {
-  let body: unknown;
-  try {
-    body = JSON.parse(text);
-  } catch (error) {
-    return invalid(`the body is not JSON: ${(error as Error).message}`);
-  }
-  const reviewIn = asObject(body);
-  if (!reviewIn || reviewIn.kind !== 'AdmissionReview' || reviewIn.apiVersion !== REVIEW_VERSION) {
-    return invalid(`the body is not an AdmissionReview ${REVIEW_VERSION} (apiVersion ${JSON.stringify(reviewIn?.apiVersion)}, kind ${JSON.stringify(reviewIn?.kind)}); register the webhook with admissionReviewVersions: [v1]`);
-  }
-  const request = asObject(reviewIn.request);
-  const uid = request?.uid;
-  if (!request || typeof uid !== 'string' || uid === '') return invalid('the AdmissionReview has no request.uid');
+  const review = readReview(text);
+  if ('invalid' in review) return review.invalid;
+  const { request, uid } = review;
 
   const dryRun = request.dryRun === true;
   const namespace = typeof request.namespace === 'string' ? request.namespace : '';
@@ -106,29 +115,47 @@ export async function admit(text: string, deps: AdmissionDependencies): Promise<
   const metadata = asObject(pod?.metadata);
   const log: Plain = {
     uid,
-    namespace,
-    pod: metadata?.name ?? metadata?.generateName ?? request.name ?? '',
-    operation: request.operation,
+    namespace: echo(namespace),
+    pod: echo(metadata?.name ?? metadata?.generateName ?? request.name ?? '', 253),
+    operation: echo(request.operation, 16),
     dryRun,
   };
-  const ignored = (why: string): Admission => ({ status: 200, body: review(uid, [], []), outcome: 'ignored', dryRun, wrapped: [], refused: [], skipped: 0, log: { ...log, ignored: why } });
+  const ignored = (why: string): Admission => allowedAnswer(uid, 'ignored', { dryRun, log: { ...log, ignored: why } });
   if (kind?.kind !== 'Pod' || (kind.group ?? '') !== '' || (resource && resource.resource !== 'pods') || (typeof request.subResource === 'string' && request.subResource !== '')) {
-    return ignored(`not a Pod (${String(kind?.group || 'core')}/${String(kind?.kind)}${request.subResource ? `, subresource ${String(request.subResource)}` : ''})`);
+    return ignored(`not a Pod (${echo(kind?.group || 'core')}/${echo(kind?.kind)}${request.subResource ? `, subresource ${echo(request.subResource)}` : ''})`);
   }
-  if (request.operation !== 'CREATE') return ignored(`operation ${String(request.operation)}, not CREATE`);
+  if (request.operation !== 'CREATE') return ignored(`operation ${echo(request.operation, 16)}, not CREATE`);
   if (!pod) return ignored('the request has no object');
+  const notWrapped = (reason: string, level?: string): Admission =>
+    allowedAnswer(uid, 'not-wrapped', {
+      dryRun,
+      patch: annotationOps(pod, { [ANNOTATION_NOT_WRAPPED]: `*: ${reason}` }),
+      warnings: [`vram-preflight: pod admitted unchanged: ${reason}`],
+      refused: [{ container: '*', reason }],
+      log: { ...log, outcome: 'not-wrapped', ...(level ? { level } : {}), notWrapped: [{ container: '*', reason }] },
+    });
+
+  const spec = asObject(pod.spec);
+  const containers = containerCount(spec);
+  if (containers > MAX_CONTAINERS) {
+    deps.limitHit?.('containers-per-pod');
+    return notWrapped(`the pod has ${containers} containers; the webhook decides pods of at most ${MAX_CONTAINERS}`);
+  }
 
   try {
-    const references = claimReferences(asObject(pod.spec) ?? {});
+    const references = claimReferences(spec ?? {});
     const wanted: ClaimReference[] = [
       ...references.claims.map((name) => ({ kind: 'ResourceClaim' as const, name })),
       ...references.templates.map((name) => ({ kind: 'ResourceClaimTemplate' as const, name })),
     ];
     let claims: ClaimReadResult['claims'] | undefined;
     let claimFailures = new Map<string, string>();
-    if (wanted.length > 0) {
+    if (wanted.length > MAX_CLAIM_REFERENCES) {
+      deps.limitHit?.('claims-per-pod');
+      claimFailures = new Map(wanted.map((ref) => [`${ref.kind} ${echo(ref.name, 253)}`, `not read: the pod names ${wanted.length} DRA claims and templates, and the webhook reads at most ${MAX_CLAIM_REFERENCES}`]));
+    } else if (wanted.length > 0) {
       if (deps.readClaims) ({ claims, failures: claimFailures } = await deps.readClaims(namespace, wanted));
-      else claimFailures = new Map(wanted.map((ref) => [`${ref.kind} ${ref.name}`, 'no Kubernetes API to read it from (not running in a cluster)']));
+      else claimFailures = new Map(wanted.map((ref) => [`${ref.kind} ${echo(ref.name, 253)}`, 'no Kubernetes API to read it from (not running in a cluster)']));
     }
     let answers: RegistryAnswers | undefined;
     const lookup = deps.lookup && (async (images: readonly string[]) => (answers = await deps.lookup!(images)));
@@ -144,29 +171,18 @@ export async function admit(text: string, deps: AdmissionDependencies): Promise<
     const patch = [...result.patch, ...annotationOps(pod, annotations)];
     const warnings = refused.map((r) => shortReason(`vram-preflight: container "${r.container}" not wrapped, admitted unchanged: ${shortReason(r.reason, 200)}`, 240));
     const outcome: Outcome = refused.length > 0 ? 'not-wrapped' : wrapped.length > 0 ? 'wrapped' : 'unchanged';
-    return {
-      status: 200,
-      body: review(uid, patch, warnings),
-      outcome,
+    return allowedAnswer(uid, outcome, {
       dryRun,
+      patch,
+      warnings,
       wrapped,
       refused,
       skipped,
       log: { ...log, outcome, wrapped, ...(refused.length > 0 ? { notWrapped: refused.map((r) => ({ container: r.container, reason: shortReason(r.reason, 300) })) } : {}) },
-    };
+    });
   } catch (error) {
     // A bug of ours: the pod goes in as it came, and says so.
-    const reason = 'internal error in vram-preflight (see its log)';
-    const patch = annotationOps(pod, { [ANNOTATION_NOT_WRAPPED]: `*: ${reason}` });
-    return {
-      status: 200,
-      body: review(uid, patch, [`vram-preflight: pod admitted unchanged: ${reason}`]),
-      outcome: 'not-wrapped',
-      dryRun,
-      wrapped: [],
-      refused: [{ container: '*', reason }],
-      skipped: 0,
-      log: { ...log, outcome: 'not-wrapped', level: 'error', error: error instanceof Error ? (error.stack ?? error.message) : String(error) },
-    };
+    const answer = notWrapped('internal error in vram-preflight (see its log)', 'error');
+    return { ...answer, log: { ...answer.log, error: error instanceof Error ? (error.stack ?? error.message) : String(error) } };
   }
 }

@@ -4,12 +4,20 @@
  * not-ready answer (./server.ts). An answer is a value (status, body,
  * outcome, the containers it names, the fields of its log line); the
  * transport only sends it.
+ *
+ * What an answer or a log line echoes of the request is bounded (echo()):
+ * nothing of the body but named fields, each cut to a length, never an env
+ * value or the body's bytes.
  */
 import type { JsonPatchOperation } from '../core/index.js';
+import { asObject } from '../core/index.js';
 import type { Outcome } from './metrics.js';
 import { base64Json } from './patch-encoding.js';
 
 export const REVIEW_VERSION = 'admission.k8s.io/v1';
+
+/** The API server's uids are UUIDs (36 characters); a longer one is not a review of the API server's. */
+export const UID_LIMIT = 128;
 
 export interface RefusedContainer {
   container: string;
@@ -27,8 +35,18 @@ export interface Admission {
   refused: RefusedContainer[];
   /** Containers decided that are neither wrapped nor refused. */
   skipped: number;
-  /** Fields of the one log line (no env values, no object). */
+  /** Fields of the one log line (no env values, no object, every echoed field bounded). */
   log: Record<string, unknown>;
+}
+
+/**
+ * A field of the request as an answer or a log line may show it: a string
+ * cut to `max` characters (Kubernetes names are at most 253, labels 63), or
+ * the type of anything else, never its content.
+ */
+export function echo(value: unknown, max = 63): string {
+  if (typeof value !== 'string') return value === undefined ? '(none)' : `(${value === null ? 'null' : typeof value})`;
+  return value.length <= max ? value : `${value.slice(0, max - 1)}…`;
 }
 
 /**
@@ -50,15 +68,45 @@ export function invalidAnswer(message: string): Admission {
   return { status: 400, body: JSON.stringify({ error: message }), outcome: 'invalid', dryRun: false, wrapped: [], refused: [], skipped: 0, log: { error: message } };
 }
 
+/** An allowed answer. */
+export function allowedAnswer(uid: string, outcome: Admission['outcome'], fields: Partial<Pick<Admission, 'dryRun' | 'wrapped' | 'refused' | 'skipped'>> & { patch?: readonly JsonPatchOperation[]; warnings?: readonly string[]; log: Record<string, unknown> }): Admission {
+  return {
+    status: 200,
+    body: reviewText(uid, fields.patch ?? [], fields.warnings ?? []),
+    outcome,
+    dryRun: fields.dryRun ?? false,
+    wrapped: fields.wrapped ?? [],
+    refused: fields.refused ?? [],
+    skipped: fields.skipped ?? 0,
+    log: fields.log,
+  };
+}
+
+export type Review = { request: Record<string, unknown>; uid: string } | { invalid: Admission };
+
+/** The envelope every answer needs: an AdmissionReview v1 with a request and its uid; otherwise the 400 that says why. */
+export function readReview(text: string): Review {
+  let body: unknown;
+  try {
+    body = JSON.parse(text);
+  } catch {
+    // JSON.parse's message quotes the body: it stays out of the answer and the log.
+    return { invalid: invalidAnswer('the body is not JSON') };
+  }
+  const reviewIn = asObject(body);
+  if (!reviewIn || reviewIn.kind !== 'AdmissionReview' || reviewIn.apiVersion !== REVIEW_VERSION) {
+    return { invalid: invalidAnswer(`the body is not an AdmissionReview ${REVIEW_VERSION} (apiVersion ${echo(reviewIn?.apiVersion)}, kind ${echo(reviewIn?.kind)}); register the webhook with admissionReviewVersions: [v1]`) };
+  }
+  const request = asObject(reviewIn.request);
+  const uid = request?.uid;
+  if (!request || typeof uid !== 'string' || uid === '') return { invalid: invalidAnswer('the AdmissionReview has no request.uid') };
+  if (uid.length > UID_LIMIT) return { invalid: invalidAnswer(`the AdmissionReview's request.uid is longer than ${UID_LIMIT} characters`) };
+  return { request, uid };
+}
+
 /** Without a valid config there is nothing to decide with: allowed, no patch, a warning. */
 export function notReadyAnswer(text: string): Admission {
-  let uid: unknown;
-  try {
-    uid = (JSON.parse(text) as { request?: { uid?: unknown } }).request?.uid;
-  } catch {
-    uid = undefined;
-  }
-  if (typeof uid !== 'string') return { ...invalidAnswer('not an AdmissionReview with a request.uid'), log: {} };
-  const body = reviewText(uid, [], ['vram-preflight: pod admitted unchanged: the webhook has no valid config (see its log)']);
-  return { status: 200, body, outcome: 'not-wrapped', dryRun: false, wrapped: [], refused: [], skipped: 0, log: { uid, error: 'no valid config' } };
+  const review = readReview(text);
+  if ('invalid' in review) return review.invalid;
+  return allowedAnswer(review.uid, 'not-wrapped', { warnings: ['vram-preflight: pod admitted unchanged: the webhook has no valid config (see its log)'], log: { uid: review.uid, error: 'no valid config' } });
 }

@@ -7,6 +7,16 @@
  * have a small budget of their own; a claim that cannot be read leaves its
  * container unwrapped, with the reason.
  *
+ * Bounded, so that a slow API server (or one pod naming thousands of
+ * templates) never holds other pods' admissions: the admission reads at most
+ * a few claims per pod (./admission.ts); one read per claim is in flight
+ * however many pods name it; at most `maxInFlight` reads are in flight in the
+ * process, the others wait for a slot (newest first: under a backlog the pod
+ * that arrived last still has its budget left), each within the budget of
+ * the pod that asked; a read that never got a slot is not remembered as a
+ * failure, and a read in flight is abandoned at its deadline, queue time
+ * included.
+ *
  * In-cluster access as every client does it: KUBERNETES_SERVICE_HOST/PORT,
  * and the service account's token, CA and namespace files (the token is read
  * again for each request: the kubelet rotates it).
@@ -39,9 +49,12 @@ export interface ClaimReaderSettings {
   budgetMs: number;
   ttlMs: number;
   failureTtlMs: number;
+  /** Reads in flight in the process, at most (each on a kept-alive connection of its own). */
+  maxInFlight: number;
 }
 
-type Read = { object: Record<string, unknown> } | { error: string };
+/** `transient`: no slot came within the budget; not an answer of the API server's, so not remembered. */
+type Read = { object: Record<string, unknown> } | { error: string; transient?: true };
 
 class HttpError extends Error {
   constructor(
@@ -63,6 +76,9 @@ export function inClusterApiServer(env: Readonly<Record<string, string | undefin
 export class ClaimReader {
   private readonly cache = new Map<string, { read: Read; expires: number }>();
   private readonly inFlight = new Map<string, Promise<Read>>();
+  private running = 0;
+  /** Reads waiting for a slot, newest last (taken from the end). */
+  private readonly waiting: (() => void)[] = [];
   private agent: Agent | undefined;
   private caText: string | undefined;
   /** The version the API server answered last, tried first. */
@@ -102,8 +118,13 @@ export class ClaimReader {
     }
     let promise = this.inFlight.get(key);
     if (promise) return promise;
-    promise = this.fetch(namespace, ref).then((read) => {
+    const deadline = Date.now() + this.settings.budgetMs;
+    promise = this.withSlot(deadline, () => this.fetch(namespace, ref, deadline)).then((read) => {
       this.inFlight.delete(key);
+      if ('transient' in read) {
+        this.metrics.limits.inc({ limit: 'dra-queue-timeout' });
+        return read;
+      }
       this.metrics.claimReads.inc({ result: 'error' in read ? 'failed' : 'read' });
       this.cache.set(key, { read, expires: this.now() + ('error' in read ? this.settings.failureTtlMs : this.settings.ttlMs) });
       if (this.cache.size > 5000) this.cache.delete(this.cache.keys().next().value!);
@@ -113,13 +134,38 @@ export class ClaimReader {
     return promise;
   }
 
-  private async fetch(namespace: string, ref: ClaimReference): Promise<Read> {
+  /** Runs `read` once a slot is free, or answers a transient failure at `deadline` (epoch ms). */
+  private async withSlot(deadline: number, read: () => Promise<Read>): Promise<Read> {
+    if (this.running >= this.settings.maxInFlight) {
+      const got = await new Promise<boolean>((resolve) => {
+        const start = (): void => {
+          clearTimeout(timer);
+          resolve(true);
+        };
+        const timer = setTimeout(() => {
+          this.waiting.splice(this.waiting.indexOf(start), 1);
+          resolve(false);
+        }, Math.max(0, deadline - Date.now()));
+        this.waiting.push(start);
+      });
+      if (!got) return { error: `not read: ${this.settings.maxInFlight} reads were already in flight and none finished within ${this.settings.budgetMs} ms`, transient: true };
+    }
+    this.running++;
+    try {
+      return await read();
+    } finally {
+      this.running--;
+      this.waiting.pop()?.();
+    }
+  }
+
+  private async fetch(namespace: string, ref: ClaimReference, deadline: number): Promise<Read> {
     const plural = ref.kind === 'ResourceClaim' ? 'resourceclaims' : 'resourceclaimtemplates';
     const versions = [this.version, ...VERSIONS.filter((v) => v !== this.version)];
     let notFound = 0;
     for (const version of versions) {
       try {
-        const object = await this.get(`/apis/resource.k8s.io/${version}/namespaces/${encodeURIComponent(namespace)}/${plural}/${encodeURIComponent(ref.name)}`);
+        const object = await this.get(`/apis/resource.k8s.io/${version}/namespaces/${encodeURIComponent(namespace)}/${plural}/${encodeURIComponent(ref.name)}`, deadline);
         this.version = version;
         // Older versions answer without kind when asked through a list; a GET has it, but be sure.
         return { object: { ...object, kind: ref.kind } };
@@ -134,7 +180,8 @@ export class ClaimReader {
     return { error: notFound === versions.length ? `not found in namespace ${namespace} (resource.k8s.io ${VERSIONS.join(', ')})` : 'cannot read it from the Kubernetes API' };
   }
 
-  private get(path: string): Promise<Record<string, unknown>> {
+  /** One GET, abandoned at `deadline` (epoch ms) wherever it is: waiting for a socket, connecting, or reading. */
+  private get(path: string, deadline: number): Promise<Record<string, unknown>> {
     const dir = this.settings.credentialsDir;
     let token: string;
     let ca: string;
@@ -146,12 +193,14 @@ export class ClaimReader {
     }
     if (ca !== this.caText || !this.agent) {
       this.agent?.destroy();
-      this.agent = new Agent({ keepAlive: true, ca, maxSockets: 8 });
+      this.agent = new Agent({ keepAlive: true, ca, maxSockets: this.settings.maxInFlight });
       this.caText = ca;
     }
     const url = new URL(path, this.settings.apiServer);
-    return new Promise((resolve, reject) => {
-      const req = request(url, { agent: this.agent, headers: { Authorization: `Bearer ${token}`, Accept: 'application/json' }, timeout: this.settings.budgetMs }, (res) => {
+    const left = deadline - Date.now();
+    if (left <= 0) return Promise.reject(new Error(`no answer within ${this.settings.budgetMs} ms`));
+    return new Promise<Record<string, unknown>>((resolve, reject) => {
+      const req = request(url, { agent: this.agent, headers: { Authorization: `Bearer ${token}`, Accept: 'application/json' } }, (res) => {
         const chunks: Buffer[] = [];
         let size = 0;
         res.on('data', (chunk: Buffer) => {
@@ -179,7 +228,9 @@ export class ClaimReader {
         });
         res.on('error', reject);
       });
-      req.on('timeout', () => req.destroy(new Error(`no answer within ${this.settings.budgetMs} ms`)));
+      // The whole exchange, not the socket's idleness (a `timeout` option would start only once a socket is assigned).
+      const timer = setTimeout(() => req.destroy(new Error(`no answer within ${this.settings.budgetMs} ms`)), left);
+      req.on('close', () => clearTimeout(timer));
       req.on('error', reject);
       req.end();
     });

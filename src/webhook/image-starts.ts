@@ -13,13 +13,20 @@
  *   long (a digest never changes what it names), for a tag a few minutes (a
  *   tag can move), failures briefly (a registry that is down is not asked
  *   again by every pod, and is asked again soon);
- * - one lookup per image in flight, however many pods ask at once.
+ * - one lookup per image in flight, however many pods ask at once (and, in
+ *   src/registry, a cap on lookups in flight in the process);
+ * - what a pod's creator reads of a failure (its annotation and warning) is
+ *   only that the lookup failed, or that its registry is not allowed: never
+ *   the network's answer (refused, timed out, which address), which would
+ *   make the webhook a port scanner for anyone who may create a pod. The
+ *   webhook's log has the reason.
  */
+import { echo } from './answers.js';
 import type { ImageStartAnswer, LookupFailure, RegistryAnswers } from '../core/decide/start.js';
-import type { RegistryOptions } from '../registry/index.js';
+import type { RegistryFailure, RegistryOptions } from '../registry/index.js';
 import type { WebhookMetrics } from './metrics.js';
 
-export type Answer = ImageStartAnswer | LookupFailure;
+export type Answer = ImageStartAnswer | RegistryFailure;
 export type LookupFunction = (images: readonly string[], options: RegistryOptions) => Promise<Map<string, Answer>>;
 
 export interface ImageStartCacheSettings {
@@ -33,6 +40,8 @@ export interface ImageStartCacheSettings {
   failureTtlMs: number;
   /** Entries kept at most (the oldest go first). */
   maxEntries: number;
+  /** Lookups in flight in the process, at most (src/registry's cap). */
+  lookupsInFlight: number;
 }
 
 export const DEFAULT_CACHE_SETTINGS: ImageStartCacheSettings = {
@@ -41,12 +50,21 @@ export const DEFAULT_CACHE_SETTINGS: ImageStartCacheSettings = {
   digestTtlMs: 24 * 60 * 60_000,
   failureTtlMs: 30_000,
   maxEntries: 2000,
+  lookupsInFlight: 8,
 };
 
-const isFailure = (answer: Answer): answer is LookupFailure => 'error' in answer;
+const isFailure = (answer: Answer): answer is RegistryFailure => 'error' in answer;
+
+/** What a pod's annotation and warning say of a failed lookup. */
+export const LOOKUP_FAILED = 'the lookup failed (the webhook\'s log says why)';
+export const LOOKUP_NOT_ALLOWED = 'its registry is not one the webhook may look up (registryAllow in the config)';
 
 /** Loaded on the first lookup: most clusters' pods never need one. */
-const registryLookup: LookupFunction = (images, options) => import('../registry/index.js').then((registry) => registry.lookupImageStarts(images, options));
+const registryLookup = (lookupsInFlight: number): LookupFunction => (images, options) =>
+  import('../registry/index.js').then((registry) => {
+    registry.setLookupLimit(lookupsInFlight);
+    return registry.lookupImageStarts(images, options);
+  });
 
 export class ImageStartCache {
   private readonly entries = new Map<string, { answer: Answer; expires: number }>();
@@ -55,8 +73,9 @@ export class ImageStartCache {
   constructor(
     private readonly settings: ImageStartCacheSettings,
     private readonly metrics: WebhookMetrics,
-    private readonly lookup: LookupFunction = registryLookup,
+    private readonly lookup: LookupFunction = registryLookup(settings.lookupsInFlight),
     private readonly now: () => number = Date.now,
+    private readonly log: (entry: Record<string, unknown>) => void = () => {},
   ) {}
 
   /** Forgets every answer (the options they were read with changed). Lookups in flight finish into the new cache. */
@@ -80,7 +99,7 @@ export class ImageStartCache {
       else promise = this.start(image, options);
       waiting.push({ image, promise });
     }
-    if (waiting.length === 0) return result;
+    if (waiting.length === 0) return new Map(images.map((image) => [image, forPod(result.get(image)!)]));
     let timer: NodeJS.Timeout | undefined;
     const budget = new Promise<void>((resolve) => (timer = setTimeout(resolve, this.settings.budgetMs)));
     const settled = new Map<string, Answer>();
@@ -91,10 +110,11 @@ export class ImageStartCache {
       if (answer) result.set(image, answer);
       else {
         this.metrics.registryLookups.inc({ result: 'timeout' });
-        result.set(image, { image, error: `its registry did not answer within ${this.settings.budgetMs} ms (the answer is cached for the next pod when it comes)` });
+        this.log({ level: 'warn', msg: 'registry lookup unfinished', image: echo(image, 300), error: `not answered within the budget of ${this.settings.budgetMs} ms; its answer is cached for the next pod when it comes` });
+        result.set(image, { image, error: LOOKUP_FAILED });
       }
     }
-    return new Map(images.map((image) => [image, result.get(image)!]));
+    return new Map(images.map((image) => [image, forPod(result.get(image)!)]));
   }
 
   private cached(image: string): Answer | undefined {
@@ -112,6 +132,7 @@ export class ImageStartCache {
       .then((answer) => {
         this.inFlight.delete(image);
         this.metrics.registryLookups.inc({ result: isFailure(answer) ? 'failed' : 'answered' });
+        if (isFailure(answer)) this.log({ level: 'warn', msg: 'registry lookup failed', image: echo(image, 300), error: answer.error.slice(0, 1000) });
         this.store(image, answer);
         return answer;
       });
@@ -126,4 +147,10 @@ export class ImageStartCache {
     // A Map iterates in insertion order: the first key is the oldest.
     while (this.entries.size > this.settings.maxEntries) this.entries.delete(this.entries.keys().next().value!);
   }
+}
+
+/** An answer as the pod's creator may read it: a failure says only that it failed, or was not allowed. */
+function forPod(answer: Answer): ImageStartAnswer | LookupFailure {
+  if (!isFailure(answer)) return answer;
+  return { image: answer.image, error: answer.notAllowed ? LOOKUP_NOT_ALLOWED : LOOKUP_FAILED };
 }

@@ -8,7 +8,8 @@ import { CONFIG_ENV, CONFIG_FLAG, SCALAR_OPTIONS } from '../config/sources.js';
 import { PreflightError } from '../core/errors.js';
 import { VERSION } from '../core/version.js';
 import { inClusterApiServer, SERVICE_ACCOUNT_DIR } from './claims.js';
-import { DEFAULT_SETTINGS, startWebhook, type WebhookSettings } from './server.js';
+import { BODY_LIMIT, DEFAULT_SETTINGS, startWebhook, type WebhookSettings } from './server.js';
+import { TLS12_SUITES } from './transport.js';
 
 const WEBHOOK_FLAGS = {
   '--tls-cert-file': 'PEM certificate (chain) served; re-read when it changes (required)',
@@ -19,7 +20,17 @@ const WEBHOOK_FLAGS = {
   '--kubernetes-budget-ms': `how long one admission waits for the Kubernetes API to read DRA claims (default ${DEFAULT_SETTINGS.kubernetesBudgetMs})`,
   '--kubernetes-api': 'https://HOST:PORT of the Kubernetes API (default: in-cluster, from KUBERNETES_SERVICE_HOST/PORT)',
   '--kubernetes-credentials-dir': `directory with token, ca.crt of a service account (default ${SERVICE_ACCOUNT_DIR})`,
-  '--drain-timeout-ms': `on SIGTERM, how long requests in flight may take to finish (default ${DEFAULT_SETTINGS.drainTimeoutMs})`,
+  '--shutdown-delay-ms': `on SIGTERM, how long the webhook goes on accepting and answering, not ready, before it drains (default ${DEFAULT_SETTINGS.shutdownDelayMs}, as Gatekeeper's --shutdown-delay)`,
+  '--drain-timeout-ms': `after the shutdown delay, how long requests in flight may take to finish (default ${DEFAULT_SETTINGS.drainTimeoutMs})`,
+  '--max-connections': `connections open at once; at the cap the longest idle one is closed (default ${DEFAULT_SETTINGS.maxConnections})`,
+  '--max-http2-streams': `concurrent streams per HTTP/2 connection (default ${DEFAULT_SETTINGS.maxStreams})`,
+  '--max-body-bytes-in-flight': 'bytes of request bodies read or answered at once; more wait under flow control (default: a sixteenth of the heap limit, 7.25 to 32 MiB)',
+  '--registry-lookups-in-flight': `registry lookups in flight in the process (default ${DEFAULT_SETTINGS.registryLookupsInFlight})`,
+  '--kubernetes-reads-in-flight': `DRA claim reads in flight in the process (default ${DEFAULT_SETTINGS.kubernetesReadsInFlight})`,
+  '--tls-min-version': 'VersionTLS12 or VersionTLS13 (default VersionTLS12; TLS 1.2 with ECDHE and AEAD suites only)',
+  '--tls-cipher-suites': `TLS 1.2 suites offered, comma-separated IANA names among ${Object.keys(TLS12_SUITES).join(', ')} (default: all of them)`,
+  '--client-ca-file': 'PEM CA bundle that signs the API server\'s client certificate: /mutate then answers only a client that presents one (default: none asked)',
+  '--client-common-name': 'with --client-ca-file, the common name the client certificate must have (e.g. kube-apiserver; default: any)',
   '--reload-poll-ms': `how often the certificate and config files are checked for changes, besides a directory watch (default ${DEFAULT_SETTINGS.reloadPollMs})`,
 } as const;
 type WebhookFlag = keyof typeof WEBHOOK_FLAGS;
@@ -35,7 +46,8 @@ Serves HTTPS (HTTP/1.1 and HTTP/2, TLS 1.2+):
   GET  /readyz    a valid config is loaded (503 while it is not, and while draining)
   GET  /metrics   Prometheus text format
 Prints "listening PORT" on stdout once it serves; logs JSON lines on stderr.
-SIGTERM: stops accepting, finishes requests in flight, exits 0.
+SIGTERM: /readyz turns 503 at once; for the shutdown delay it goes on accepting and answering;
+then it stops accepting, answers every request accepted, and exits 0 (a second signal: at once).
 
 Webhook options:
 ${Object.entries(WEBHOOK_FLAGS)
@@ -91,6 +103,25 @@ export interface WebhookIO {
   env: Readonly<Record<string, string | undefined>>;
 }
 
+const TLS_VERSIONS: Readonly<Record<string, WebhookSettings['tlsMinVersion']>> = { VersionTLS12: 'TLSv1.2', VersionTLS13: 'TLSv1.3', '1.2': 'TLSv1.2', '1.3': 'TLSv1.3' };
+
+function tlsMinVersion(text: string | undefined): WebhookSettings['tlsMinVersion'] {
+  if (text === undefined) return DEFAULT_SETTINGS.tlsMinVersion;
+  const version = TLS_VERSIONS[text.trim()];
+  if (!version) throw new PreflightError('USAGE', `--tls-min-version is "${text}"`, { fix: 'give VersionTLS12 or VersionTLS13' });
+  return version;
+}
+
+function cipherSuites(text: string | undefined): string[] {
+  if (text === undefined) return [...DEFAULT_SETTINGS.tlsCipherSuites];
+  const names = text.split(',').map((name) => name.trim()).filter((name) => name !== '');
+  const unknown = names.filter((name) => !(name in TLS12_SUITES));
+  if (names.length === 0 || unknown.length > 0) {
+    throw new PreflightError('USAGE', `--tls-cipher-suites ${names.length === 0 ? 'names no suite' : `names ${unknown.join(', ')}, not an ECDHE suite with an AEAD cipher`}`, { fix: `give one or more of ${Object.keys(TLS12_SUITES).join(', ')} (TLS 1.3's suites are always on)` });
+  }
+  return names;
+}
+
 /** Settings from argv; throws PreflightError (USAGE) for bad flags. Undefined: --help was printed. */
 export function webhookSettings(argv: readonly string[], io: WebhookIO): WebhookSettings | undefined {
   const args = parseWebhookArgs(argv);
@@ -102,9 +133,11 @@ export function webhookSettings(argv: readonly string[], io: WebhookIO): Webhook
   const certFile = w['--tls-cert-file'];
   const keyFile = w['--tls-key-file'];
   if (!certFile || !keyFile) throw new PreflightError('USAGE', 'the webhook needs --tls-cert-file and --tls-key-file', { fix: 'mount the Secret of its certificate (cert-manager, or the chart) and pass both paths' });
+  if (w['--client-common-name'] && !w['--client-ca-file']) throw new PreflightError('USAGE', '--client-common-name needs --client-ca-file', { fix: 'give the CA that signs the API server\'s client certificate with --client-ca-file' });
   const port = whole('--port', w['--port'], DEFAULT_SETTINGS.port);
   if (port > 65535) throw new PreflightError('USAGE', `--port is ${port}`, { fix: 'give a port from 0 to 65535' });
   return {
+    ...DEFAULT_SETTINGS,
     certFile,
     keyFile,
     port,
@@ -116,7 +149,17 @@ export function webhookSettings(argv: readonly string[], io: WebhookIO): Webhook
     kubernetesBudgetMs: whole('--kubernetes-budget-ms', w['--kubernetes-budget-ms'], DEFAULT_SETTINGS.kubernetesBudgetMs, 1),
     kubernetesApi: w['--kubernetes-api'] ?? inClusterApiServer(io.env),
     kubernetesCredentialsDir: w['--kubernetes-credentials-dir'] ?? SERVICE_ACCOUNT_DIR,
+    shutdownDelayMs: whole('--shutdown-delay-ms', w['--shutdown-delay-ms'], DEFAULT_SETTINGS.shutdownDelayMs),
     drainTimeoutMs: whole('--drain-timeout-ms', w['--drain-timeout-ms'], DEFAULT_SETTINGS.drainTimeoutMs),
+    maxConnections: whole('--max-connections', w['--max-connections'], DEFAULT_SETTINGS.maxConnections, 1),
+    maxStreams: whole('--max-http2-streams', w['--max-http2-streams'], DEFAULT_SETTINGS.maxStreams, 1),
+    ...(w['--max-body-bytes-in-flight'] !== undefined ? { bodyBytesInFlight: whole('--max-body-bytes-in-flight', w['--max-body-bytes-in-flight'], 0, 2 * BODY_LIMIT) } : {}),
+    registryLookupsInFlight: whole('--registry-lookups-in-flight', w['--registry-lookups-in-flight'], DEFAULT_SETTINGS.registryLookupsInFlight, 1),
+    kubernetesReadsInFlight: whole('--kubernetes-reads-in-flight', w['--kubernetes-reads-in-flight'], DEFAULT_SETTINGS.kubernetesReadsInFlight, 1),
+    tlsMinVersion: tlsMinVersion(w['--tls-min-version']),
+    tlsCipherSuites: cipherSuites(w['--tls-cipher-suites']),
+    ...(w['--client-ca-file'] ? { clientCaFile: w['--client-ca-file'] } : {}),
+    ...(w['--client-common-name'] ? { clientCommonName: w['--client-common-name'] } : {}),
     reloadPollMs: whole('--reload-poll-ms', w['--reload-poll-ms'], DEFAULT_SETTINGS.reloadPollMs, 100),
     headersTimeoutMs: DEFAULT_SETTINGS.headersTimeoutMs,
     requestTimeoutMs: DEFAULT_SETTINGS.requestTimeoutMs,
@@ -147,10 +190,11 @@ export async function runWebhook(argv: readonly string[], io: WebhookIO = { stdo
     return;
   }
   io.stdout.write(`listening ${webhook.port}\n`);
+  // The first signal starts the shutdown (not ready, the shutdown delay, the drain); a second one drains at once.
   const stop = (signal: string): void => {
-    settings.log({ level: 'info', msg: `${signal}: draining` });
-    void webhook.drain().then(() => process.exit(0));
+    settings.log({ level: 'info', msg: `${signal}: shutting down` });
+    void webhook.shutdown().then(() => process.exit(0));
   };
-  process.once('SIGTERM', () => stop('SIGTERM'));
-  process.once('SIGINT', () => stop('SIGINT'));
+  process.on('SIGTERM', () => stop('SIGTERM'));
+  process.on('SIGINT', () => stop('SIGINT'));
 }

@@ -7,28 +7,37 @@
  *   GET  /metrics   Prometheus text format 0.0.4 (./metrics.ts)
  *
  * The parts: the transport (./transport.ts: TLS, HTTP/1.1 and HTTP/2,
- * deadlines, connection books), the lifecycle (./lifecycle.ts: ready, the
- * drain on SIGTERM), what is re-read when it changes (./reload.ts: the config
- * file, the certificate), the one body reader (./body.ts), and the answers
- * (./answers.ts). A config invalid at start makes the webhook not ready, but
- * it serves /healthz and /metrics so that the reason can be seen.
+ * deadlines, the connection and stream caps, connection books), the
+ * lifecycle (./lifecycle.ts: ready, the shutdown delay and the drain on
+ * SIGTERM), what is re-read when it changes (./reload.ts: the config file,
+ * the certificate), the one body reader and the budget of bytes in flight
+ * (./body.ts), and the answers (./answers.ts). A config invalid at start
+ * makes the webhook not ready, but it serves /healthz and /metrics so that
+ * the reason can be seen.
  *
  * Request hygiene: /mutate takes POST only (405), application/json only
- * (415), at most BODY_LIMIT bytes (413; the API server's objects are at most
- * ~3 MiB), malformed bodies get 400 with a message.
+ * (415), at most BODY_LIMIT bytes (413, before `100 Continue` and before a
+ * byte is read; the API server's objects are at most ~3 MiB), UTF-8 only
+ * (400), and, with a client CA, only from a client with its certificate
+ * (403); malformed bodies get 400 with a message that quotes none of them.
  */
+import { readFileSync } from 'node:fs';
+import { getHeapStatistics } from 'node:v8';
+import { PreflightError } from '../core/errors.js';
 import type { Options } from '../core/options.js';
 import { VERSION } from '../core/version.js';
-import type { RegistryOptions } from '../registry/index.js';
+import { parseImage } from '../core/tables/image-ref.js';
+import { KNOWN_IMAGES } from '../core/tables/images.js';
+import type { RegistryOptions, RegistryPolicy } from '../registry/index.js';
 import { admit, type AdmissionDependencies } from './admission.js';
-import { notReadyAnswer } from './answers.js';
-import { BODY_LIMIT, HttpProblem, readBody, type Request } from './body.js';
+import { echo, notReadyAnswer } from './answers.js';
+import { BODY_LIMIT, ByteBudget, checkDeclaredLength, HttpProblem, readBody, Reservation, SMALL_BODY, type Request } from './body.js';
 import { ClaimReader } from './claims.js';
 import { DEFAULT_CACHE_SETTINGS, ImageStartCache, type LookupFunction } from './image-starts.js';
 import { Lifecycle } from './lifecycle.js';
 import { webhookMetrics, type WebhookMetrics } from './metrics.js';
 import { CertificateReloader, ConfigReloader } from './reload.js';
-import { Transport, type Response } from './transport.js';
+import { TLS12_SUITES, Transport, type Response, type TlsSettings } from './transport.js';
 import type { FileWatch } from './watch.js';
 
 export { BODY_LIMIT };
@@ -52,6 +61,8 @@ export interface WebhookSettings {
   /** https://host:port of the Kubernetes API; absent: none (DRA claims cannot be read). */
   kubernetesApi?: string;
   kubernetesCredentialsDir: string;
+  /** After SIGTERM, how long the server goes on accepting and answering (not ready) before it drains. */
+  shutdownDelayMs: number;
   /** How long a drain waits for requests in flight. */
   drainTimeoutMs: number;
   /** How often changed files are looked for, besides the directory watch. */
@@ -59,6 +70,23 @@ export interface WebhookSettings {
   headersTimeoutMs: number;
   requestTimeoutMs: number;
   idleTimeoutMs: number;
+  /** Connections open at once, at most. */
+  maxConnections: number;
+  /** Concurrent streams per HTTP/2 connection, at most. */
+  maxStreams: number;
+  /** Bytes of request bodies read or being answered at once, at most; absent: from the heap's limit (defaultBodyBudget). */
+  bodyBytesInFlight?: number;
+  /** Registry lookups in flight in the process, at most. */
+  registryLookupsInFlight: number;
+  /** DRA claim reads in flight in the process, at most. */
+  kubernetesReadsInFlight: number;
+  tlsMinVersion: TlsSettings['minVersion'];
+  /** IANA names of the TLS 1.2 suites offered (TLS12_SUITES). */
+  tlsCipherSuites: readonly string[];
+  /** PEM CA bundle that signs the API server's client certificate: /mutate then answers only a client with one. */
+  clientCaFile?: string;
+  /** With clientCaFile: the common name the client certificate must have (Gatekeeper's default: kube-apiserver). */
+  clientCommonName?: string;
   /** One JSON object per call, written as one line. */
   log: (entry: Record<string, unknown>) => void;
   /** Registry lookups (tests may count them); default: src/registry. */
@@ -70,25 +98,58 @@ export const DEFAULT_SETTINGS = {
   address: '',
   registryBudgetMs: DEFAULT_CACHE_SETTINGS.budgetMs,
   kubernetesBudgetMs: 1000,
+  // Gatekeeper's --shutdown-delay default (open-policy-agent/gatekeeper main.go).
+  shutdownDelayMs: 10_000,
   drainTimeoutMs: 15_000,
   reloadPollMs: 2000,
   headersTimeoutMs: 3000,
   requestTimeoutMs: 5000,
   idleTimeoutMs: 60_000,
-} as const;
+  maxConnections: 512,
+  maxStreams: 100,
+  registryLookupsInFlight: 8,
+  kubernetesReadsInFlight: 16,
+  tlsMinVersion: 'TLSv1.2',
+  tlsCipherSuites: Object.keys(TLS12_SUITES),
+} as const satisfies Partial<WebhookSettings>;
+
+/**
+ * The budget of body bytes in flight from the heap's limit (V8's, which the
+ * chart sets from the container's memory limit): a body parsed into objects
+ * takes several times its size while its admission runs, so the budget is a
+ * sixteenth of the heap, between two largest bodies and 32 MiB.
+ */
+export function defaultBodyBudget(heapLimit = getHeapStatistics().heap_size_limit): number {
+  return Math.round(Math.min(32 * 1024 * 1024, Math.max(2 * BODY_LIMIT + SMALL_BODY, heapLimit / 16)));
+}
 
 export interface Webhook {
   port: number;
   metrics: WebhookMetrics;
   ready(): boolean;
+  /** SIGTERM: not ready, serving on for the shutdown delay, then the drain; a second call drains at once. */
+  shutdown(): Promise<void>;
   /** Stop accepting, finish what is in flight (at most drainTimeoutMs), close everything. */
   drain(): Promise<void>;
 }
 
+/**
+ * The registries lookups may reach (src/registry/allow.ts): those the
+ * built-in image table knows, those the config's images name (mirrors), the
+ * insecure ones it lists; those named there (not the public ones) may be on
+ * private addresses.
+ */
+export function registryPolicy(options: Options): RegistryPolicy {
+  const known = new Set(KNOWN_IMAGES.map((row) => parseImage(row.repository).registry));
+  const named = new Set([...options.images.map((entry) => parseImage(entry.repository).registry), ...options.registryInsecure].filter((r) => !known.has(r)));
+  return { registries: [...known, ...named], privateRegistries: [...named] };
+}
+
 /** The registry client's options: per request within the pod's budget; the whole lookup may run on after it, bounded, to fill the cache. */
-function registryOptions(options: Options, env: WebhookSettings['env']): RegistryOptions {
+function registryOptions(options: Options, env: WebhookSettings['env'], policy: RegistryPolicy): RegistryOptions {
   const requestTimeoutMs = Math.min(5000, Math.round(options.registryTimeoutSeconds * 1000));
   return {
+    policy,
     platform: options.registryPlatform,
     cacheDir: options.cacheDir ?? `${env.TMPDIR || '/tmp'}/vram-preflight-cache`,
     requestTimeoutMs,
@@ -103,73 +164,109 @@ const ROUTES = new Set(['/mutate', '/healthz', '/readyz', '/metrics']);
 const pathOf = (req: Request): string => (req.url ?? '').split('?')[0]!;
 const TEXT = 'text/plain; charset=utf-8';
 
+/** The TLS settings from the webhook's: the client CA read from its file. */
+function tlsSettings(settings: WebhookSettings): TlsSettings {
+  let clientCa: Buffer | undefined;
+  if (settings.clientCaFile) {
+    try {
+      clientCa = readFileSync(settings.clientCaFile);
+    } catch (error) {
+      throw new PreflightError('IO', `cannot read the client CA ${settings.clientCaFile}: ${(error as NodeJS.ErrnoException).code ?? (error as Error).message}`, { fix: 'check --client-ca-file: a readable PEM bundle of the CA that signs the API server\'s client certificate' });
+    }
+  }
+  return { minVersion: settings.tlsMinVersion, cipherSuites: settings.tlsCipherSuites, ...(clientCa ? { clientCa } : {}), ...(settings.clientCommonName ? { clientCommonName: settings.clientCommonName } : {}) };
+}
+
 export async function startWebhook(settings: WebhookSettings): Promise<Webhook> {
   const metrics = webhookMetrics();
   const log = settings.log;
 
-  const images = new ImageStartCache(DEFAULT_CACHE_SETTINGS.budgetMs === settings.registryBudgetMs ? DEFAULT_CACHE_SETTINGS : { ...DEFAULT_CACHE_SETTINGS, budgetMs: settings.registryBudgetMs }, metrics, settings.lookup);
+  const images = new ImageStartCache({ ...DEFAULT_CACHE_SETTINGS, budgetMs: settings.registryBudgetMs, lookupsInFlight: settings.registryLookupsInFlight }, metrics, settings.lookup, Date.now, log);
   const configPath = settings.configPath ?? (settings.env.VRAM_PREFLIGHT_CONFIG || undefined);
   // Answers read under other registry settings may not hold.
   const config = new ConfigReloader({ path: configPath, flags: settings.flags, env: settings.env }, metrics, log, () => images.clear());
   config.load(true);
   const certificate = new CertificateReloader(settings.certFile, settings.keyFile, metrics, log);
+  const budget = new ByteBudget(settings.bodyBytesInFlight ?? defaultBodyBudget());
 
   const claimReader = settings.kubernetesApi
-    ? new ClaimReader({ apiServer: settings.kubernetesApi, credentialsDir: settings.kubernetesCredentialsDir, budgetMs: settings.kubernetesBudgetMs, ttlMs: 60_000, failureTtlMs: 10_000 }, metrics)
+    ? new ClaimReader({ apiServer: settings.kubernetesApi, credentialsDir: settings.kubernetesCredentialsDir, budgetMs: settings.kubernetesBudgetMs, ttlMs: 60_000, failureTtlMs: 10_000, maxInFlight: settings.kubernetesReadsInFlight }, metrics)
     : undefined;
 
   const deps = (options: Options): AdmissionDependencies => ({
     options,
-    lookup: (wanted) => images.answers(wanted, registryOptions(options, settings.env)),
+    lookup: (wanted) => images.answers(wanted, registryOptions(options, settings.env, registryPolicy(options))),
     readClaims: claimReader ? (namespace, references) => claimReader.read(namespace, references) : undefined,
+    limitHit: (limit) => metrics.limits.inc({ limit }),
   });
 
-  const mutate = async (req: Request, res: Response): Promise<void> => {
+  /** Refused before the admission: counted, logged (the status and why, nothing of the body), answered with the reason. */
+  const refuse = (req: Request, res: Response, error: unknown): void => {
+    const status = error instanceof HttpProblem ? error.status : 400;
+    const message = error instanceof HttpProblem ? error.message : 'the request could not be read';
+    metrics.admissions.inc({ outcome: 'invalid', dry_run: 'false' });
+    if (error instanceof HttpProblem && error.limit) metrics.limits.inc({ limit: error.limit });
+    log({ level: 'warn', msg: 'request refused', status, error: message });
+    transport.send(req, res, status, TEXT, `${message}\n`);
+  };
+
+  const mutate = async (req: Request, res: Response, expectsContinue: boolean): Promise<void> => {
     const started = process.hrtime.bigint();
+    const deadline = Date.now() + settings.requestTimeoutMs;
     if (req.method !== 'POST') {
-      transport.send(req, res, 405, TEXT, `${req.method} is not allowed here: POST an AdmissionReview\n`, { allow: 'POST' });
+      transport.send(req, res, 405, TEXT, `${echo(req.method, 16)} is not allowed here: POST an AdmissionReview\n`, { allow: 'POST' });
+      return;
+    }
+    if (!transport.clientAllowed(req)) {
+      transport.send(req, res, 403, TEXT, 'a client certificate of the configured client CA is required\n');
       return;
     }
     const type = String(req.headers['content-type'] ?? '');
     if (!/^application\/json\s*(;|$)/i.test(type)) {
-      transport.send(req, res, 415, TEXT, `Content-Type is ${JSON.stringify(type)}: send application/json\n`);
+      transport.send(req, res, 415, TEXT, `Content-Type is ${JSON.stringify(echo(type))}: send application/json\n`);
       return;
     }
-    let text: string;
+    let reservation: Reservation | undefined;
     try {
-      text = await readBody(req, settings.requestTimeoutMs);
-    } catch (error) {
-      const status = error instanceof HttpProblem ? error.status : 400;
-      metrics.admissions.inc({ outcome: 'invalid', dry_run: 'false' });
-      log({ level: 'warn', msg: 'request refused', status, error: (error as Error).message });
-      transport.send(req, res, status, TEXT, `${(error as Error).message}\n`);
-      return;
+      let text: string;
+      try {
+        // Over the limit: refused before a byte is read, and before `100 Continue`.
+        checkDeclaredLength(req);
+        reservation = await Reservation.take(budget, req, deadline);
+        if (expectsContinue) res.writeContinue();
+        text = await readBody(req, deadline, reservation);
+      } catch (error) {
+        refuse(req, res, error);
+        return;
+      }
+      // Not ready (no valid config yet): the API server should not be sending; if it does, the pod goes in unchanged.
+      const options = config.options;
+      const admission = options ? await admit(text, deps(options)) : notReadyAnswer(text);
+      metrics.admissions.inc({ outcome: admission.outcome, dry_run: String(admission.dryRun) });
+      metrics.containers.inc({ result: 'wrapped' }, admission.wrapped.length);
+      metrics.containers.inc({ result: 'refused' }, admission.refused.length);
+      metrics.containers.inc({ result: 'skipped' }, admission.skipped);
+      const seconds = Number(process.hrtime.bigint() - started) / 1e9;
+      metrics.latency.observe(seconds);
+      const { level, ...fields } = admission.log;
+      log({ level: level ?? (admission.status === 200 ? 'info' : 'warn'), msg: 'admission', ...fields, ...(admission.status !== 200 ? { status: admission.status } : {}), durationMs: Math.round(seconds * 1e5) / 100 });
+      transport.send(req, res, admission.status, 'application/json', admission.body);
+    } finally {
+      reservation?.done();
     }
-    // Not ready (no valid config yet): the API server should not be sending; if it does, the pod goes in unchanged.
-    const options = config.options;
-    const admission = options ? await admit(text, deps(options)) : notReadyAnswer(text);
-    metrics.admissions.inc({ outcome: admission.outcome, dry_run: String(admission.dryRun) });
-    metrics.containers.inc({ result: 'wrapped' }, admission.wrapped.length);
-    metrics.containers.inc({ result: 'refused' }, admission.refused.length);
-    metrics.containers.inc({ result: 'skipped' }, admission.skipped);
-    const seconds = Number(process.hrtime.bigint() - started) / 1e9;
-    metrics.latency.observe(seconds);
-    const { level, ...fields } = admission.log;
-    log({ level: level ?? (admission.status === 200 ? 'info' : 'warn'), msg: 'admission', ...fields, ...(admission.status !== 200 ? { status: admission.status } : {}), durationMs: Math.round(seconds * 1e5) / 100 });
-    transport.send(req, res, admission.status, 'application/json', admission.body);
   };
 
-  const handle = async (req: Request, res: Response): Promise<void> => {
+  const handle = async (req: Request, res: Response, expectsContinue: boolean): Promise<void> => {
     const path = pathOf(req);
-    if (path === '/mutate') return mutate(req, res);
-    if (req.method !== 'GET' && req.method !== 'HEAD') return transport.send(req, res, 405, TEXT, `${req.method} is not allowed here\n`, { allow: 'GET' });
+    if (path === '/mutate') return mutate(req, res, expectsContinue);
+    if (req.method !== 'GET' && req.method !== 'HEAD') return transport.send(req, res, 405, TEXT, `${echo(req.method, 16)} is not allowed here\n`, { allow: 'GET' });
     if (path === '/healthz') return transport.send(req, res, 200, TEXT, 'ok\n');
     if (path === '/readyz') return lifecycle.ready() ? transport.send(req, res, 200, TEXT, 'ok\n') : transport.send(req, res, 503, TEXT, `${lifecycle.whyNotReady()}\n`);
     if (path === '/metrics') return transport.send(req, res, 200, 'text/plain; version=0.0.4; charset=utf-8', metrics.render());
     return transport.send(req, res, 404, TEXT, 'not found: POST /mutate, GET /healthz, /readyz, /metrics\n');
   };
 
-  const transport = new Transport(settings, certificate.pair, { handle, route: (req) => (ROUTES.has(pathOf(req)) ? pathOf(req) : 'other'), metrics, log });
+  const transport = new Transport({ ...settings, tls: tlsSettings(settings) }, certificate.pair, { handle, route: (req) => (ROUTES.has(pathOf(req)) ? pathOf(req) : 'other'), metrics, log });
 
   const watches: FileWatch[] = [certificate.watch(settings.reloadPollMs, (pair) => transport.setCertificate(pair))];
   const configWatch = config.watch(settings.reloadPollMs);
@@ -181,7 +278,16 @@ export async function startWebhook(settings: WebhookSettings): Promise<Webhook> 
   });
 
   const port = await transport.listen();
-  log({ level: 'info', msg: 'listening', version: VERSION, port, address: settings.address || '*', ready: lifecycle.ready(), kubernetesApi: settings.kubernetesApi ?? null });
+  log({
+    level: 'info',
+    msg: 'listening',
+    version: VERSION,
+    port,
+    address: settings.address || '*',
+    ready: lifecycle.ready(),
+    kubernetesApi: settings.kubernetesApi ?? null,
+    limits: { heapBytes: getHeapStatistics().heap_size_limit, bodyBytesInFlight: budget.capacity, maxConnections: settings.maxConnections, maxStreams: settings.maxStreams, shutdownDelayMs: settings.shutdownDelayMs },
+  });
 
-  return { port, metrics, ready: () => lifecycle.ready(), drain: () => lifecycle.drain() };
+  return { port, metrics, ready: () => lifecycle.ready(), shutdown: () => lifecycle.shutdown(), drain: () => lifecycle.drain() };
 }

@@ -1,16 +1,26 @@
 /**
  * The webhook's HTTPS transport: HTTP/1.1 and HTTP/2 (ALPN; the API server's
- * Go client negotiates h2) on one port, TLS 1.2 or later; the deadlines of
- * slow clients; the books of connections and requests in flight, which a
- * drain reads; and the one way an answer is sent.
+ * Go client negotiates h2 on a loopback URL, http/1.1 through a Service) on
+ * one port; the limits that bound what one client can make it hold; the books
+ * of connections and requests in flight, which the lifecycle reads; and the
+ * one way an answer is sent.
  *
- * Slow clients: TLS handshake, request headers and the whole request each
- * have a deadline well inside the API server's webhook timeout, idle
- * connections are closed.
+ * Limits (docs/webhook.md, "Hardening"):
+ * - TLS 1.2 with ECDHE key exchange and AEAD ciphers only, or TLS 1.3; the
+ *   handshake has the headers deadline;
+ * - request headers have a deadline on both protocols: Node's own for
+ *   HTTP/1.1; for HTTP/2, a session whose bytes keep coming while no stream
+ *   starts or ends (a header block sent a byte at a time) is closed;
+ * - at most `maxConnections` connections: at the cap, the connection idle the
+ *   longest is closed to make room (the API server reuses its most recent
+ *   ones), and a new one is refused only when none is idle;
+ * - at most `maxStreams` concurrent streams per HTTP/2 connection (a client
+ *   that wants more waits, as Go's client does, or opens a connection);
+ * - idle connections are closed after `idleTimeoutMs`.
  */
-import { createSecureServer, type Http2SecureServer, type Http2ServerResponse, type ServerHttp2Session } from 'node:http2';
+import { createSecureServer, type Http2SecureServer, type Http2ServerResponse, type SecureServerOptions, type ServerHttp2Session } from 'node:http2';
 import type { ServerResponse } from 'node:http';
-import type { AddressInfo } from 'node:net';
+import type { AddressInfo, Socket } from 'node:net';
 import type { TLSSocket } from 'node:tls';
 import type { Request } from './body.js';
 import type { WebhookMetrics } from './metrics.js';
@@ -18,6 +28,28 @@ import type { KeyPair, Log } from './reload.js';
 
 export type { Request };
 export type Response = Http2ServerResponse | ServerResponse;
+
+/** TLS 1.2 suites: ECDHE key exchange (forward secrecy) with an AEAD cipher, by their IANA names (as Kubernetes' --tls-cipher-suites takes them). */
+export const TLS12_SUITES: Readonly<Record<string, string>> = {
+  TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256: 'ECDHE-ECDSA-AES128-GCM-SHA256',
+  TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256: 'ECDHE-RSA-AES128-GCM-SHA256',
+  TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384: 'ECDHE-ECDSA-AES256-GCM-SHA384',
+  TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384: 'ECDHE-RSA-AES256-GCM-SHA384',
+  TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305_SHA256: 'ECDHE-ECDSA-CHACHA20-POLY1305',
+  TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305_SHA256: 'ECDHE-RSA-CHACHA20-POLY1305',
+};
+/** TLS 1.3's suites are all AEAD with ephemeral keys; OpenSSL takes them in the same list. */
+const TLS13_SUITES = ['TLS_AES_128_GCM_SHA256', 'TLS_AES_256_GCM_SHA384', 'TLS_CHACHA20_POLY1305_SHA256'];
+
+export interface TlsSettings {
+  minVersion: 'TLSv1.2' | 'TLSv1.3';
+  /** IANA names, a subset of TLS12_SUITES (TLS 1.2 only). */
+  cipherSuites: readonly string[];
+  /** PEM bundle of the CA that signs the API server's client certificate; absent: no client certificate asked. */
+  clientCa?: Buffer;
+  /** The common name the client certificate must have (with clientCa). */
+  clientCommonName?: string;
+}
 
 export interface TransportSettings {
   /** 0: any free port. */
@@ -27,28 +59,67 @@ export interface TransportSettings {
   headersTimeoutMs: number;
   requestTimeoutMs: number;
   idleTimeoutMs: number;
+  maxConnections: number;
+  maxStreams: number;
+  tls: TlsSettings;
 }
 
 export interface TransportHooks {
-  /** Answers one request; a rejection is an internal error (500). */
-  handle(req: Request, res: Response): Promise<void>;
+  /** Answers one request; a rejection is an internal error (500). `expectsContinue`: the client waits for `100 Continue` before its body. */
+  handle(req: Request, res: Response, expectsContinue: boolean): Promise<void>;
   /** The `route` label of a request's metrics. */
   route(req: Request): string;
   metrics: WebhookMetrics;
   log: Log;
 }
 
+/** One connection's books: requests (HTTP/1.1) or streams (HTTP/2) open on it, and since when it is idle. */
+interface Connection {
+  busy: number;
+  idleSince: number;
+  close(): void;
+}
+
+interface Session extends Connection {
+  session: ServerHttp2Session;
+  socket: TLSSocket;
+  bytesSeen: number;
+  /** Bytes came with no stream starting or ending since this time (a header block in progress). */
+  partialSince: number | undefined;
+  progressed: boolean;
+}
+
+const SWEEP_MS = 1000;
+
+function secureOptions(tls: TlsSettings, pair: KeyPair): SecureServerOptions {
+  return {
+    cert: pair.cert,
+    key: pair.key,
+    minVersion: tls.minVersion,
+    ciphers: [...TLS13_SUITES, ...tls.cipherSuites.map((name) => TLS12_SUITES[name]!)].join(':'),
+    honorCipherOrder: true,
+    // The API server's client certificate is asked for, not required: the kubelet's probes have none (only /mutate needs one; see clientAllowed).
+    ...(tls.clientCa ? { ca: tls.clientCa, requestCert: true, rejectUnauthorized: false } : {}),
+  };
+}
+
 export class Transport {
   readonly server: Http2SecureServer;
   /** Requests being answered. */
   inFlight = 0;
-  /** Set by a drain: HTTP/1.1 answers close their connection, new HTTP/2 sessions are closed. */
-  closing = false;
-  private readonly sockets = new Set<TLSSocket>();
-  private readonly sessions = new Set<ServerHttp2Session>();
-  /** HTTP/1.1 requests being answered, per connection: a closing server closes a connection once it has none. */
-  private readonly busy = new Map<TLSSocket, number>();
+  /**
+   * Set on SIGTERM: every answer retires its connection (HTTP/1.1:
+   * `Connection: close` on the last request known on it; HTTP/2: GOAWAY
+   * once its streams are done), so that the API server moves to new
+   * connections, which the Service sends to other replicas once this one is
+   * out of its endpoints.
+   */
+  retiring = false;
+  private readonly sockets = new Set<Socket>();
+  private readonly h1 = new Map<TLSSocket, Connection>();
+  private readonly h2 = new Map<ServerHttp2Session, Session>();
   private allDone: (() => void) | undefined;
+  private readonly sweep: NodeJS.Timeout;
 
   constructor(
     private readonly settings: TransportSettings,
@@ -57,12 +128,11 @@ export class Transport {
   ) {
     this.server = createSecureServer({
       allowHTTP1: true,
-      cert: pair.cert,
-      key: pair.key,
-      minVersion: 'TLSv1.2',
+      ...secureOptions(settings.tls, pair),
       handshakeTimeout: settings.headersTimeoutMs,
+      settings: { maxConcurrentStreams: settings.maxStreams },
     });
-    // HTTP/1.1 deadlines (Node's own checks, run every second); HTTP/2 gets the body deadline and the idle timeout.
+    // HTTP/1.1 deadlines (Node's own checks, run every second); HTTP/2's are the sweep's, the body's and the idle timeout.
     const h1 = this.server as unknown as { headersTimeout: number; requestTimeout: number; keepAliveTimeout: number; connectionsCheckingInterval: number };
     h1.headersTimeout = settings.headersTimeoutMs;
     h1.requestTimeout = settings.requestTimeoutMs;
@@ -70,58 +140,132 @@ export class Transport {
     h1.connectionsCheckingInterval = 1000;
     this.server.setTimeout(settings.idleTimeoutMs);
 
+    this.server.on('connection', (socket: Socket) => this.admitConnection(socket));
     this.server.on('secureConnection', (socket: TLSSocket) => {
-      this.sockets.add(socket);
-      socket.on('close', () => {
-        this.sockets.delete(socket);
-        this.busy.delete(socket);
-      });
-      // A connection that never finishes its handshake is ended by handshakeTimeout; one that goes quiet, by the idle timeout.
+      if (socket.alpnProtocol === 'h2') return; // its session keeps the books
+      const connection: Connection = { busy: 0, idleSince: Date.now(), close: () => socket.destroy() };
+      this.h1.set(socket, connection);
+      socket.on('close', () => this.h1.delete(socket));
     });
-    this.server.on('session', (session: ServerHttp2Session) => {
-      this.sessions.add(session);
-      session.on('close', () => this.sessions.delete(session));
-      if (this.closing) session.close();
-    });
+    this.server.on('session', (session: ServerHttp2Session) => this.track(session));
     this.server.on('tlsClientError', () => {
       // A client that cannot finish a handshake is the client's problem; nothing to log per connection.
     });
-    this.server.on('request', (req: Request, res: Response) => this.request(req, res));
+    this.server.on('request', (req: Request, res: Response) => this.request(req, res, false));
+    // Without this listener Node answers `100 Continue` by itself, before the body's size or turn is checked.
+    this.server.on('checkContinue', (req: Request, res: Response) => this.request(req, res, true));
+    this.sweep = setInterval(() => this.sweepSessions(), SWEEP_MS).unref();
   }
 
-  private request(req: Request, res: Response): void {
+  /** The connection cap: at it, the connection idle the longest makes room; with none idle, the new one is refused. */
+  private admitConnection(socket: Socket): void {
+    if (this.sockets.size >= this.settings.maxConnections) {
+      let oldest: Connection | undefined;
+      for (const c of [...this.h1.values(), ...this.h2.values()]) if (c.busy === 0 && (!oldest || c.idleSince < oldest.idleSince)) oldest = c;
+      if (!oldest) {
+        socket.destroy();
+        this.hooks.metrics.limits.inc({ limit: 'connections-refused' });
+        return;
+      }
+      oldest.close();
+      this.hooks.metrics.limits.inc({ limit: 'connections-idle-closed' });
+    }
+    this.sockets.add(socket);
+    socket.on('close', () => this.sockets.delete(socket));
+  }
+
+  private track(session: ServerHttp2Session): void {
+    const socket = (session as unknown as { socket: TLSSocket }).socket;
+    const record: Session = { session, socket, busy: 0, idleSince: Date.now(), bytesSeen: socket.bytesRead, partialSince: undefined, progressed: true, close: () => session.destroy() };
+    this.h2.set(session, record);
+    session.on('close', () => this.h2.delete(session));
+    session.on('error', () => {
+      // A session that fails is closed by Node; the client is told by the protocol.
+    });
+    session.on('stream', (stream) => {
+      record.busy++;
+      record.progressed = true;
+      stream.on('close', () => {
+        record.busy--;
+        record.progressed = true;
+        if (record.busy === 0) {
+          record.idleSince = Date.now();
+          if (this.retiring) session.close();
+        }
+      });
+    });
+    session.on('ping', () => (record.progressed = true));
+  }
+
+  /**
+   * HTTP/2's headers deadline: Node has none, and nghttp2 emits a stream only
+   * once its header block is complete. A session with no stream open whose
+   * bytes keep coming, with no stream starting or ending and no PING, for
+   * longer than the headers deadline, is sending a header block (or the
+   * connection preface) too slowly: it is closed.
+   */
+  private sweepSessions(): void {
+    const now = Date.now();
+    for (const record of this.h2.values()) {
+      const bytes = record.socket.bytesRead;
+      const arrived = bytes !== record.bytesSeen;
+      record.bytesSeen = bytes;
+      if (record.busy > 0 || record.progressed || !arrived) {
+        if (record.busy > 0 || record.progressed) record.partialSince = undefined;
+        record.progressed = false;
+        continue;
+      }
+      if (record.partialSince === undefined) record.partialSince = now;
+      else if (now - record.partialSince >= this.settings.headersTimeoutMs) {
+        this.hooks.metrics.limits.inc({ limit: 'http2-headers-deadline' });
+        record.session.destroy();
+      }
+    }
+  }
+
+  private request(req: Request, res: Response, expectsContinue: boolean): void {
     const { metrics, log } = this.hooks;
     this.inFlight++;
     metrics.inFlight.add(1);
-    const socket = req.httpVersionMajor === 1 ? (req.socket as TLSSocket) : undefined;
-    if (socket) this.busy.set(socket, (this.busy.get(socket) ?? 0) + 1);
+    const connection = req.httpVersionMajor === 1 ? this.h1.get(req.socket as TLSSocket) : undefined;
+    if (connection) connection.busy++;
     let counted = true;
     const done = (): void => {
       if (!counted) return;
       counted = false;
       this.inFlight--;
       metrics.inFlight.add(-1);
-      if (socket) {
-        const left = (this.busy.get(socket) ?? 1) - 1;
-        this.busy.set(socket, left);
-        if (this.closing && left === 0) socket.end();
-      }
+      if (connection && --connection.busy === 0) connection.idleSince = Date.now();
       if (this.inFlight === 0) this.allDone?.();
     };
     res.on('finish', done);
     res.on('close', done);
-    this.hooks.handle(req, res).catch((error: unknown) => {
+    this.hooks.handle(req, res, expectsContinue).catch((error: unknown) => {
       log({ level: 'error', msg: 'internal error', error: error instanceof Error ? (error.stack ?? error.message) : String(error) });
       if (!res.headersSent) this.send(req, res, 500, 'text/plain; charset=utf-8', 'internal error\n');
       else if (!res.writableEnded) res.end();
     });
   }
 
+  /** Whether the client presented a certificate of the client CA (with the common name asked); true when none is asked. */
+  clientAllowed(req: Request): boolean {
+    const { clientCa, clientCommonName } = this.settings.tls;
+    if (!clientCa) return true;
+    // HTTP/2's req.socket is Node's proxy of the TLS socket, which reads through to it.
+    const socket = req.socket as TLSSocket | undefined;
+    if (!socket?.authorized) return false;
+    return clientCommonName === undefined || socket.getPeerCertificate().subject?.CN === clientCommonName;
+  }
+
   /** Sends one answer, unless the client has gone (the API server gave up at its timeout): nothing to answer then. */
   send(req: Request, res: Response, status: number, type: string, body: string, extra: Record<string, string> = {}): void {
     this.hooks.metrics.requests.inc({ route: this.hooks.route(req), code: String(status) });
     const headers: Record<string, string | number> = { 'content-type': type, 'content-length': Buffer.byteLength(body), ...extra };
-    if (req.httpVersionMajor === 1 && (this.closing || status === 413 || status === 408)) headers.connection = 'close';
+    if (req.httpVersionMajor === 1) {
+      // Retiring: close once the last request known on the connection is answered; a request pipelined behind this one is answered first.
+      const connection = this.h1.get(req.socket as TLSSocket);
+      if ((this.retiring && (connection?.busy ?? 1) <= 1) || status === 413 || status === 408) headers.connection = 'close';
+    }
     if (res.writableEnded || (res as { destroyed?: boolean }).destroyed || (req.httpVersionMajor === 2 && (res as Http2ServerResponse).stream.closed)) return;
     try {
       res.writeHead(status, headers);
@@ -146,15 +290,26 @@ export class Transport {
   }
 
   setCertificate(pair: KeyPair): void {
-    this.server.setSecureContext({ cert: pair.cert, key: pair.key, minVersion: 'TLSv1.2' });
+    this.server.setSecureContext(secureOptions(this.settings.tls, pair));
+  }
+
+  /** From now on every answer retires its connection; idle connections are left for the API server to use once more (and retire). */
+  retire(): void {
+    this.retiring = true;
+    for (const record of this.h2.values()) if (record.busy === 0) record.session.close();
   }
 
   /** Stops accepting connections and closes those with nothing in flight. HTTP/2: GOAWAY, streams already open finish. HTTP/1.1: idle connections end now, busy ones after their answer. */
   stopAccepting(): void {
-    this.closing = true;
+    this.retiring = true;
     this.server.close();
-    for (const session of this.sessions) session.close();
-    for (const socket of this.sockets) if (socket.alpnProtocol !== 'h2' && (this.busy.get(socket) ?? 0) === 0) socket.end();
+    for (const record of this.h2.values()) record.session.close();
+    for (const [socket, connection] of this.h1) if (connection.busy === 0) socket.end();
+  }
+
+  /** Connections open now (tests, the lifecycle's log). */
+  get connections(): number {
+    return this.sockets.size;
   }
 
   /** Resolves when no request is in flight, or after `timeoutMs`. */
@@ -171,6 +326,7 @@ export class Transport {
 
   /** Closes every connection at once. */
   destroy(): void {
+    clearInterval(this.sweep);
     for (const socket of this.sockets) socket.destroy();
   }
 }

@@ -79,10 +79,10 @@ describe('vram-preflight webhook (the process)', () => {
     expect(JSON.parse(run.stderr.trim().split('\n').pop()!)).toMatchObject({ level: 'error', msg: 'cannot start', error: expect.stringMatching(/cannot load the TLS certificate .*none\.crt.*ENOENT/) });
   });
 
-  it('SIGTERM with requests in flight: each answered, new connections refused, exit 0', async () => {
+  it('SIGTERM with requests in flight and no shutdown delay: each answered, new connections refused, exit 0', async () => {
     const stalled = await r.startStalled();
     try {
-      const { child, port, stderr, exit } = await startChild(['--registry-budget-ms', '2500', '--cache-dir', path.join(dir, 'cache')]);
+      const { child, port, stderr, exit } = await startChild(['--registry-budget-ms', '2500', '--cache-dir', path.join(dir, 'cache'), '--registry-insecure', stalled.host, '--shutdown-delay-ms', '0']);
       const url = `https://127.0.0.1:${port}`;
       expect((await h.h1(url, pki.caCert, { method: 'GET', path: '/readyz' })).status).toBe(200);
       // Each of these waits for the stalled registry (up to the 2.5 s budget) inside the webhook.
@@ -105,7 +105,7 @@ describe('vram-preflight webhook (the process)', () => {
         expect(answer.status).toBe(200);
         const review = h.readReview(answer);
         expect(review.allowed).toBe(true);
-        expect(review.warnings?.[0]).toMatch(/did not answer within 2500 ms/);
+        expect(review.warnings?.[0]).toMatch(/the lookup failed \(the webhook's log says why\)/);
       }
       expect(await exit).toBe(0);
       session.close();
@@ -116,6 +116,7 @@ describe('vram-preflight webhook (the process)', () => {
         .split('\n')
         .map((l) => JSON.parse(l) as Record<string, unknown>);
       expect(lines.filter((l) => l.msg === 'admission')).toHaveLength(12);
+      expect(lines.filter((l) => l.msg === 'registry lookup unfinished').map((l) => l.error)).toContainEqual(expect.stringMatching(/budget of 2500 ms/));
       expect(lines.find((l) => l.msg === 'drained')).toMatchObject({ unfinished: 0 });
     } finally {
       await stalled.close();
