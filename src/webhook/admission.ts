@@ -29,6 +29,9 @@ import type { Outcome } from './metrics.js';
 
 export type { Admission, RefusedContainer };
 
+/** The reason a pod reads when its decision did not finish by the request's deadline (./worker.ts ends it then). */
+export const DECISION_LATE = 'its decision did not finish within the request\'s deadline';
+
 export const ANNOTATION_WRAPPED = 'vram-preflight.io/wrapped';
 export const ANNOTATION_NOT_WRAPPED = 'vram-preflight.io/not-wrapped';
 
@@ -51,6 +54,8 @@ export interface AdmissionDependencies {
   readClaims?: (namespace: string, references: readonly ClaimReference[]) => Promise<ClaimReadResult>;
   /** Counts a limit that bit (metrics). */
   limitHit?: (limit: 'containers-per-pod' | 'claims-per-pod') => void;
+  /** Told, once the envelope is read, the answer for a decision that does not finish in time (./worker.ts). */
+  onReview?: (late: Admission) => void;
 }
 
 type Plain = Record<string, unknown>;
@@ -135,6 +140,7 @@ export async function admit(text: string, deps: AdmissionDependencies): Promise<
       log: { ...log, outcome: 'not-wrapped', ...(level ? { level } : {}), notWrapped: [{ container: '*', reason }] },
     });
 
+  deps.onReview?.(notWrapped(DECISION_LATE));
   const spec = asObject(pod.spec);
   const containers = containerCount(spec);
   if (containers > MAX_CONTAINERS) {

@@ -26,8 +26,8 @@ export const SMALL_BODY = 256 * 1024;
  * takes at first; one that grows past it takes a largest body's share.
  */
 export const UNDECLARED_FIRST = 64 * 1024;
-/** The share of the budget large bodies may use together. */
-const LARGE_SHARE = 0.75;
+/** The share of the budget large bodies may use together (a parsed body takes up to ~20 times its bytes while it is decided). */
+const LARGE_SHARE = 0.5;
 
 export type Request = Http2ServerRequest | IncomingMessage;
 
@@ -164,14 +164,19 @@ export class Reservation {
   }
 }
 
+/** The body as text: 400 for bytes that are not UTF-8 (JSON is UTF-8; a lossy decoding would answer for a uid that is not the one sent). */
+export function decodeBody(body: Buffer): string {
+  if (!isUtf8(body)) throw new HttpProblem(400, 'the body is not UTF-8');
+  return body.toString('utf8');
+}
+
 /**
- * Reads the body as UTF-8 text, at most BODY_LIMIT bytes, by `deadline`
- * (epoch ms), within its reservation (grown, with the request paused, when a
- * body without a declared length outgrows it): 413 over the limit, 408 late,
- * 503 when no share came in time, 400 for bytes that are not UTF-8 (JSON is
- * UTF-8; a lossy decoding would answer for a uid that is not the one sent).
+ * Reads the body, at most BODY_LIMIT bytes, by `deadline` (epoch ms), within
+ * its reservation (grown, with the request paused, when a body without a
+ * declared length outgrows it): 413 over the limit, 408 late, 503 when no
+ * share came in time.
  */
-export function readBody(req: Request, deadline: number, reservation: Reservation): Promise<string> {
+export function readBody(req: Request, deadline: number, reservation: Reservation): Promise<Buffer> {
   try {
     checkDeclaredLength(req);
   } catch (error) {
@@ -192,9 +197,7 @@ export function readBody(req: Request, deadline: number, reservation: Reservatio
         reject(error);
         return;
       }
-      const body = chunks.length === 1 ? chunks[0]! : Buffer.concat(chunks, size);
-      if (!isUtf8(body)) reject(new HttpProblem(400, 'the body is not UTF-8'));
-      else resolve(body.toString('utf8'));
+      resolve(chunks.length === 1 ? chunks[0]! : Buffer.concat(chunks, size));
     };
     const timer = setTimeout(() => finish(new HttpProblem(408, 'the body did not arrive in time')), Math.max(0, deadline - Date.now()));
     const onData = (chunk: Buffer): void => {

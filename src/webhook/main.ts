@@ -4,12 +4,24 @@
  * port 0 and read the port), JSON log lines on stderr, SIGTERM/SIGINT drain
  * and exit 0. Loaded by src/cli/bin.ts only for this command.
  */
+import { fileURLToPath } from 'node:url';
+import { isMainThread, parentPort, workerData } from 'node:worker_threads';
 import { CONFIG_ENV, CONFIG_FLAG, SCALAR_OPTIONS } from '../config/sources.js';
 import { PreflightError } from '../core/errors.js';
 import { VERSION } from '../core/version.js';
 import { inClusterApiServer, SERVICE_ACCOUNT_DIR } from './claims.js';
 import { BODY_LIMIT, DEFAULT_SETTINGS, startWebhook, type WebhookSettings } from './server.js';
 import { TLS12_SUITES } from './transport.js';
+import { ADMISSION_WORKER, serveAdmissions } from './worker.js';
+
+// This bundle is also the script of the worker that decides large bodies (./worker.ts).
+if (!isMainThread && parentPort && (workerData as { role?: unknown } | null)?.role === ADMISSION_WORKER) serveAdmissions(parentPort);
+
+/** The webhook bundle's own file (the build maps import.meta.url to it); from the TypeScript source (tests) none, and large bodies are decided inline. */
+function bundleFile(): string | undefined {
+  const file = fileURLToPath(import.meta.url);
+  return file.endsWith('.cjs') ? file : undefined;
+}
 
 const WEBHOOK_FLAGS = {
   '--tls-cert-file': 'PEM certificate (chain) served; re-read when it changes (required)',
@@ -165,6 +177,7 @@ export function webhookSettings(argv: readonly string[], io: WebhookIO): Webhook
     requestTimeoutMs: DEFAULT_SETTINGS.requestTimeoutMs,
     idleTimeoutMs: DEFAULT_SETTINGS.idleTimeoutMs,
     log: (entry) => io.stderr.write(`${JSON.stringify({ time: new Date().toISOString(), ...entry })}\n`),
+    ...(bundleFile() ? { admissionWorkerScript: bundleFile() } : {}),
   };
 }
 

@@ -31,7 +31,7 @@ import { KNOWN_IMAGES } from '../core/tables/images.js';
 import type { RegistryOptions, RegistryPolicy } from '../registry/index.js';
 import { admit, type AdmissionDependencies } from './admission.js';
 import { echo, notReadyAnswer } from './answers.js';
-import { BODY_LIMIT, ByteBudget, checkDeclaredLength, HttpProblem, readBody, Reservation, SMALL_BODY, type Request } from './body.js';
+import { BODY_LIMIT, ByteBudget, checkDeclaredLength, decodeBody, HttpProblem, readBody, Reservation, SMALL_BODY, type Request } from './body.js';
 import { ClaimReader } from './claims.js';
 import { DEFAULT_CACHE_SETTINGS, ImageStartCache, type LookupFunction } from './image-starts.js';
 import { Lifecycle } from './lifecycle.js';
@@ -39,6 +39,7 @@ import { webhookMetrics, type WebhookMetrics } from './metrics.js';
 import { CertificateReloader, ConfigReloader } from './reload.js';
 import { TLS12_SUITES, Transport, type Response, type TlsSettings } from './transport.js';
 import type { FileWatch } from './watch.js';
+import { AdmissionWorker } from './worker.js';
 
 export { BODY_LIMIT };
 
@@ -87,6 +88,8 @@ export interface WebhookSettings {
   clientCaFile?: string;
   /** With clientCaFile: the common name the client certificate must have (Gatekeeper's default: kube-apiserver). */
   clientCommonName?: string;
+  /** The script of the worker that decides large bodies (./worker.ts; the webhook bundle); absent: they are decided inline. */
+  admissionWorkerScript?: string;
   /** One JSON object per call, written as one line. */
   log: (entry: Record<string, unknown>) => void;
   /** Registry lookups (tests may count them); default: src/registry. */
@@ -188,6 +191,8 @@ export async function startWebhook(settings: WebhookSettings): Promise<Webhook> 
   config.load(true);
   const certificate = new CertificateReloader(settings.certFile, settings.keyFile, metrics, log);
   const budget = new ByteBudget(settings.bodyBytesInFlight ?? defaultBodyBudget());
+  // The worker's heap: a quarter of the process's, at least room for a few largest bodies parsed.
+  const worker = settings.admissionWorkerScript ? new AdmissionWorker(settings.admissionWorkerScript, Math.max(64, Math.round(getHeapStatistics().heap_size_limit / 4 / 1048576)), log) : undefined;
 
   const claimReader = settings.kubernetesApi
     ? new ClaimReader({ apiServer: settings.kubernetesApi, credentialsDir: settings.kubernetesCredentialsDir, budgetMs: settings.kubernetesBudgetMs, ttlMs: 60_000, failureTtlMs: 10_000, maxInFlight: settings.kubernetesReadsInFlight }, metrics)
@@ -228,20 +233,23 @@ export async function startWebhook(settings: WebhookSettings): Promise<Webhook> 
     }
     let reservation: Reservation | undefined;
     try {
-      let text: string;
+      let body: Buffer;
+      let text: string | undefined;
       try {
         // Over the limit: refused before a byte is read, and before `100 Continue`.
         checkDeclaredLength(req);
         reservation = await Reservation.take(budget, req, deadline);
         if (expectsContinue) res.writeContinue();
-        text = await readBody(req, deadline, reservation);
+        body = await readBody(req, deadline, reservation);
+        // A large body is decoded (and parsed, and decided) off the event loop.
+        if (!worker || body.length <= SMALL_BODY) text = decodeBody(body);
       } catch (error) {
         refuse(req, res, error);
         return;
       }
       // Not ready (no valid config yet): the API server should not be sending; if it does, the pod goes in unchanged.
       const options = config.options;
-      const admission = options ? await admit(text, deps(options)) : notReadyAnswer(text);
+      const admission = !options ? notReadyAnswer(text ?? decodeBody(body)) : text !== undefined ? await admit(text, deps(options)) : await worker!.admit(body, deps(options), deadline);
       metrics.admissions.inc({ outcome: admission.outcome, dry_run: String(admission.dryRun) });
       metrics.containers.inc({ result: 'wrapped' }, admission.wrapped.length);
       metrics.containers.inc({ result: 'refused' }, admission.refused.length);
@@ -274,7 +282,10 @@ export async function startWebhook(settings: WebhookSettings): Promise<Webhook> 
 
   const lifecycle = new Lifecycle(settings, transport, () => (config.options ? undefined : (config.problem ?? 'see the log')), log, {
     stopWatching: () => watches.forEach((w) => w.close()),
-    closeClients: () => claimReader?.close(),
+    closeClients: () => {
+      claimReader?.close();
+      worker?.close();
+    },
   });
 
   const port = await transport.listen();

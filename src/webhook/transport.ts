@@ -261,15 +261,19 @@ export class Transport {
   send(req: Request, res: Response, status: number, type: string, body: string, extra: Record<string, string> = {}): void {
     this.hooks.metrics.requests.inc({ route: this.hooks.route(req), code: String(status) });
     const headers: Record<string, string | number> = { 'content-type': type, 'content-length': Buffer.byteLength(body), ...extra };
+    // A body not read to its end (refused before or while it came) is not read after the answer either.
+    const unread = !req.complete;
     if (req.httpVersionMajor === 1) {
       // Retiring: close once the last request known on the connection is answered; a request pipelined behind this one is answered first.
       const connection = this.h1.get(req.socket as TLSSocket);
-      if ((this.retiring && (connection?.busy ?? 1) <= 1) || status === 413 || status === 408) headers.connection = 'close';
+      if ((this.retiring && (connection?.busy ?? 1) <= 1) || unread) headers.connection = 'close';
     }
     if (res.writableEnded || (res as { destroyed?: boolean }).destroyed || (req.httpVersionMajor === 2 && (res as Http2ServerResponse).stream.closed)) return;
     try {
       res.writeHead(status, headers);
       res.end(body);
+      // HTTP/2: the answer is complete; RST_STREAM NO_ERROR tells the client to stop sending the rest (RFC 9113 8.1).
+      if (unread && req.httpVersionMajor === 2) (res as Http2ServerResponse).stream.close(0);
     } catch (error) {
       this.hooks.log({ level: 'warn', msg: 'answer not sent', status, error: (error as Error).message });
     }
