@@ -216,11 +216,11 @@ down() {
   local pid
   # Stopped in reverse order; each got its own session (setsid), so the whole group goes.
   for pid in "${KCM_PID:-}" "${APISERVER_PID:-}" "${ETCD_PID:-}"; do
-    alive "$pid" && kill -TERM -- "-$pid" 2>/dev/null || true
+    if alive "$pid"; then kill -TERM -- "-$pid" 2>/dev/null || true; fi
   done
   for pid in "${KCM_PID:-}" "${APISERVER_PID:-}" "${ETCD_PID:-}"; do
     for _ in $(seq 40); do alive "$pid" || break; sleep 0.25; done
-    alive "$pid" && kill -KILL -- "-$pid" 2>/dev/null || true
+    if alive "$pid"; then kill -KILL -- "-$pid" 2>/dev/null || true; fi
   done
   case "${DIR:-}" in
   */vram-preflight-cluster.*) rm -rf "$DIR" ;;
