@@ -13,7 +13,7 @@
  * webhook configuration also requires (`vram-preflight.test/suite`).
  */
 import { spawn, spawnSync, type ChildProcess, type SpawnSyncReturns } from 'node:child_process';
-import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import https from 'node:https';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
@@ -257,14 +257,37 @@ export async function stopWebhook(w: WebhookProcess | undefined, signal: NodeJS.
   return w.exit;
 }
 
+/** A YAML stream as objects (empty documents dropped). */
+export function parseYamlStream(text: string): Plain[] {
+  return parseAllDocuments(text)
+    .map((d) => d.toJS() as Plain)
+    .filter(Boolean);
+}
+
+/** cert-manager's CRDs come from its Go module (deploy/crds), at this version. */
+export const CERT_MANAGER_VERSION = 'v1.21.2';
+
+/**
+ * The CustomResourceDefinitions a Go module ships as YAML files under a folder
+ * (downloaded through the Go module proxy into the module cache; nothing is built).
+ */
+export function crdsOf(module: string, version: string, folder: string): Plain[] {
+  const r = spawnSync('go', ['mod', 'download', '-json', `${module}@${version}`], { encoding: 'utf8', cwd: tmpdir(), env: { ...process.env, GOFLAGS: '-mod=mod', GOTOOLCHAIN: 'local' } });
+  if (r.status !== 0) throw new Error(`go mod download ${module}@${version}: ${r.stderr || r.stdout}`);
+  const dir = path.join((JSON.parse(r.stdout) as { Dir: string }).Dir, folder);
+  return readdirSync(dir)
+    .filter((f) => f.endsWith('.yaml'))
+    .sort()
+    .flatMap((f) => parseYamlStream(readFileSync(path.join(dir, f), 'utf8')))
+    .filter((o) => o.kind === 'CustomResourceDefinition');
+}
+
 /** The chart rendered by helm (v4 unless said), as objects. */
 export function renderChart(release: string, namespace: string, values: readonly string[] = [], helmMajor: 3 | 4 = 4): Plain[] {
   const helm = path.join(ROOT, `.cache/helm/v${helmMajor}/helm`);
   const r = spawnSync(helm, ['template', release, path.join(ROOT, 'deploy/webhook'), '--namespace', namespace, ...values.flatMap((v) => ['--set', v])], { encoding: 'utf8', env: { PATH: process.env.PATH, HOME: tmpdir() } });
   if (r.status !== 0) throw new Error(`helm template: ${r.stderr}`);
-  return parseAllDocuments(r.stdout)
-    .map((d) => d.toJS() as Plain)
-    .filter(Boolean);
+  return parseYamlStream(r.stdout);
 }
 
 /**
