@@ -98,8 +98,11 @@ let agent: https.Agent | undefined;
 export function api(method: string, urlPath: string, body?: unknown, headers: Record<string, string> = {}): Promise<{ status: number; text: string; json: () => any; headers: Record<string, unknown> }> {
   agent ??= new https.Agent({ keepAlive: true, maxSockets: 32, ...adminTls() });
   const c = cluster();
+  // Content-Length always: Node sends a DELETE's body without it (no chunked encoding by default for
+  // DELETE), and the API server would read those bytes as the next request on the connection.
+  const payload = body === undefined ? undefined : Buffer.from(JSON.stringify(body));
   return new Promise((resolve, reject) => {
-    const req = https.request(`${c.api}${urlPath}`, { method, agent, headers: { accept: 'application/json', ...(body === undefined ? {} : { 'content-type': 'application/json' }), ...headers } }, (res) => {
+    const req = https.request(`${c.api}${urlPath}`, { method, agent, headers: { accept: 'application/json', ...(payload ? { 'content-type': 'application/json', 'content-length': String(payload.length) } : {}), ...headers } }, (res) => {
       const chunks: Buffer[] = [];
       res.on('data', (d: Buffer) => chunks.push(d));
       res.on('end', () => {
@@ -109,7 +112,7 @@ export function api(method: string, urlPath: string, body?: unknown, headers: Re
       res.on('error', reject);
     });
     req.on('error', reject);
-    req.end(body === undefined ? undefined : JSON.stringify(body));
+    req.end(payload);
   });
 }
 
