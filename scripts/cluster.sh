@@ -23,6 +23,9 @@ cache="$root/.cache/cluster"
 bin="$cache/bin"
 state="$cache/state"
 export GOTOOLCHAIN=local GOFLAGS=-mod=mod
+# The Services' range: RFC 5737 TEST-NET-2, reserved for documentation and never
+# routed; the first of its addresses is the API server's own Service, kubernetes.
+service_net=198.51.100
 
 # The release built: the version of k8s.io/kubernetes that go.mod requires.
 k8s_version() { sed -n 's/^[[:space:]]*k8s\.io\/kubernetes \(v[0-9.]*\)\([[:space:]].*\)\{0,1\}$/\1/p' "$module/go.mod" | head -n 1; }
@@ -103,7 +106,7 @@ pki() { # <dir>
     openssl x509 -req -in "$p/$1.csr" -CA "$p/ca.crt" -CAkey "$p/ca.key" -CAcreateserial -days 7 \
       -extfile "$p/$1.ext" -out "$p/$1.crt" 2>/dev/null
   }
-  sign apiserver /CN=kube-apiserver "subjectAltName=IP:127.0.0.1,DNS:localhost,DNS:kubernetes.default.svc
+  sign apiserver /CN=kube-apiserver "subjectAltName=IP:127.0.0.1,IP:$service_net.1,DNS:localhost,DNS:kubernetes.default.svc
 extendedKeyUsage=serverAuth"
   # system:masters: the admin bypasses RBAC (tests make their own, narrower, identities).
   sign admin "/O=system:masters/CN=vram-preflight-test-admin" "extendedKeyUsage=clientAuth"
@@ -149,6 +152,10 @@ up() {
   [ -f "$state" ] && down
   build
   command -v openssl >/dev/null || { log "needs openssl"; exit 1; }
+  if command -v ip >/dev/null && { ip -o addr; ip route; } | grep -q "$service_net\."; then
+    log "this machine's network already uses $service_net.0/24, the range the test cluster gives Services"
+    exit 1
+  fi
   local dir etcd_port peer_port api_port started=$SECONDS
   dir=$(mktemp -d "${TMPDIR:-/tmp}/vram-preflight-cluster.XXXXXX")
   pki "$dir"
@@ -170,9 +177,9 @@ up() {
   echo "ETCD_PID=$etcd_pid" >>"$state"
   wait_for 30 "$dir/etcd.log" etcd etcd_healthy "$etcd_port"
 
-  # --enable-aggregator-routing: a webhook's Service is called at one of its ready
-  # endpoints (EndpointSlices), as kube-proxy would route it; there is no
-  # kube-proxy here, and the Service's cluster IP leads nowhere.
+  # Services get addresses of RFC 5737's TEST-NET-2 (never routed): the tests'
+  # own kube-proxy (test/apiserver/kube-proxy.ts) puts them on a dummy interface
+  # of this machine and forwards them to the pods' endpoints.
   # Every request body logged at Metadata level: the fail-open tests read the
   # failed-open.mutation.webhook.admission.k8s.io annotations from it.
   printf 'apiVersion: audit.k8s.io/v1\nkind: Policy\nomitStages: [RequestReceived]\nrules:\n- level: Metadata\n  resources: [{group: "", resources: [pods]}]\n- level: None\n' >"$dir/audit-policy.yaml"
@@ -181,12 +188,11 @@ up() {
     --etcd-servers "http://127.0.0.1:$etcd_port" \
     --bind-address 127.0.0.1 --advertise-address 127.0.0.1 --secure-port "$api_port" \
     --endpoint-reconciler-type none \
-    --enable-aggregator-routing=true \
     --tls-cert-file "$p/apiserver.crt" --tls-private-key-file "$p/apiserver.key" \
     --client-ca-file "$p/ca.crt" \
     --service-account-issuer "https://127.0.0.1:$api_port" \
     --service-account-key-file "$p/sa.pub" --service-account-signing-key-file "$p/sa.key" \
-    --service-cluster-ip-range 10.0.0.0/24 \
+    --service-cluster-ip-range "$service_net.0/24" \
     --authorization-mode RBAC \
     --allow-privileged=true \
     --profiling=false \

@@ -4,21 +4,22 @@
  * template) are bound to a Node of the test, and each runs the built bundle
  * as the image would (ENTRYPOINT node vram-preflight.cjs, the container's
  * args, env, volumes as files, uid 65532 as the chart's securityContext asks)
- * in a network namespace of its own with an address of a documentation
- * range (RFC 5737 TEST-NET-2 or -3, or -1: reserved, never routed; the first
- * one this machine's own network does not use), reached only through the
- * veth pairs this test creates. Its readinessProbe is probed as the kubelet
+ * in a network namespace of its own with an address of RFC 5737's TEST-NET-3
+ * (203.0.113.0/24: reserved, never routed), reached only through the veth
+ * pairs this test creates. Its readinessProbe is probed as the kubelet
  * probes it and reported in the pod's status, so kube-controller-manager's
  * EndpointSlice controller publishes ready endpoints, and the API server
- * (with --enable-aggregator-routing) calls the webhook through the chart's
- * Service, over HTTP/1.1, checking the chart's certificate against the
+ * calls the webhook through the chart's Service (its cluster IP, forwarded by
+ * the test's kube-proxy, kube-proxy.ts), over HTTP/1.1, checking the chart's certificate against the
  * Service's DNS name, exactly as in a cluster. Deleting a pod runs the
  * kubelet's termination: SIGTERM, the grace period, SIGKILL, then the pod
  * object is removed.
  *
  * What it does not do: images, cgroups, resource limits, liveness restarts,
- * the read-only root filesystem, and in-cluster API access (pods here cannot
- * reach the API server's Service IP; DRA reads are proven in dra.test.ts).
+ * the read-only root filesystem. In-cluster API access works as in a pod:
+ * KUBERNETES_SERVICE_HOST/PORT name the `kubernetes` Service, which the
+ * test's kube-proxy leads to the API server, with the service account's
+ * bound token projected into the pod's volume.
  * Needs root (network namespaces) and iproute2.
  */
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
@@ -65,8 +66,8 @@ export class FakeKubelet {
   private readonly id = Math.random().toString(36).slice(2, 6);
   private readonly pods = new Map<string, RunningPod>();
   private nextIp = 10;
-  /** A documentation /24 (RFC 5737) this machine's own network does not use. */
-  private readonly net = pickTestNet();
+  /** The pods' /24 (RFC 5737 TEST-NET-3), checked unused by this machine's own network. */
+  private readonly net = podNet();
   private timer: NodeJS.Timeout | undefined;
   private busy = false;
   readonly events: KubeletEvent[] = [];
@@ -158,7 +159,7 @@ export class FakeKubelet {
     const netns = `vpt-${this.id}-${n}`;
     const hostVeth = `vph${this.id}${n}`;
     // A network namespace per pod, joined to the host by a veth pair: the pod's address on its side,
-    // a /32 route to it on the host's side (192.0.2.1 on every host end, the pods' way back).
+    // a /32 route to it on the host's side (the .1 of the pods' range on every host end: the pods' way back).
     ip(['netns', 'add', netns]);
     ip(['link', 'add', hostVeth, 'type', 'veth', 'peer', 'name', 'eth0', 'netns', netns]);
     ip(['addr', 'add', `${this.net}.1/32`, 'dev', hostVeth]);
@@ -168,6 +169,8 @@ export class FakeKubelet {
     ip(['-n', netns, 'link', 'set', 'lo', 'up']);
     ip(['-n', netns, 'link', 'set', 'eth0', 'up']);
     ip(['-n', netns, 'route', 'add', `${this.net}.1/32`, 'dev', 'eth0']);
+    // Services' cluster IPs are reached through the node, where the test's kube-proxy listens.
+    ip(['-n', netns, 'route', 'add', `${k.SERVICE_NET}.0/24`, 'via', `${this.net}.1`, 'dev', 'eth0']);
 
     const container = pod.spec.containers[0] as k.Plain;
     const root = path.join(this.dir, `pod-${n}`);
@@ -186,7 +189,8 @@ export class FakeKubelet {
       return arg;
     };
     if (container.command) throw new Error('the fake kubelet runs the image\'s ENTRYPOINT (node vram-preflight.cjs) with args: the chart now sets command');
-    const env: Record<string, string> = { PATH: process.env.PATH!, HOME: mounts.get('/tmp') ?? root, TMPDIR: mounts.get('/tmp') ?? root };
+    // As the kubelet gives every container: where the API server's Service is.
+    const env: Record<string, string> = { PATH: process.env.PATH!, HOME: mounts.get('/tmp') ?? root, TMPDIR: mounts.get('/tmp') ?? root, KUBERNETES_SERVICE_HOST: `${k.SERVICE_NET}.1`, KUBERNETES_SERVICE_PORT: '443' };
     for (const e of (container.env ?? []) as k.Plain[]) env[e.name] = this.envValue(e, pod, container, podIp);
     const uid = String(pod.spec.securityContext?.runAsUser ?? container.securityContext?.runAsUser ?? 65532);
     const gid = String(pod.spec.securityContext?.runAsGroup ?? uid);
@@ -383,9 +387,9 @@ function quantity(q: string): number {
   return Number(m[1]) * (units[m[2]!] ?? 1);
 }
 
-/** The first RFC 5737 documentation /24 that no address or route of this machine touches. */
-function pickTestNet(): string {
+/** The pods' addresses: RFC 5737 TEST-NET-3, unless this machine's own network uses it. */
+function podNet(): string {
   const used = spawnSync('ip', ['-o', 'addr'], { encoding: 'utf8' }).stdout + spawnSync('ip', ['route'], { encoding: 'utf8' }).stdout;
-  for (const net of ['198.51.100', '203.0.113', '192.0.2']) if (!used.includes(`${net}.`)) return net;
-  throw new Error('every RFC 5737 range is in use on this machine: the fake kubelet has no addresses of its own');
+  if (used.includes(`${k.POD_NET}.`)) throw new Error(`this machine's network already uses ${k.POD_NET}.0/24, the range the fake kubelet gives pods`);
+  return k.POD_NET;
 }

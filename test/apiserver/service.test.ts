@@ -22,6 +22,7 @@ import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { FakeKubelet, requireRoot } from './kubelet.js';
+import { FakeKubeProxy } from './kube-proxy.js';
 import * as k from './harness.js';
 
 requireRoot();
@@ -32,6 +33,7 @@ const NS = `vpt-svc-${RUN}`;
 const WORK = `vpt-svc-work-${RUN}`;
 const dir = k.tempDir('service');
 let kubelet: FakeKubelet;
+let proxy: FakeKubeProxy;
 let objects: k.Plain[];
 let deploymentName: string;
 let webhookName: string;
@@ -64,11 +66,11 @@ async function readyEndpoints(): Promise<string[]> {
 async function waitFor(what: string, check: () => Promise<boolean>, ms = 60_000): Promise<void> {
   const deadline = Date.now() + ms;
   while (Date.now() < deadline) {
-    if (kubelet?.failure) break;
+    if (kubelet?.failure || proxy?.failure) break;
     if (await check()) return;
     await k.sleep(100);
   }
-  throw new Error(`${what}: not within ${ms / 1000} s\n${kubelet?.logs() ?? ''}`);
+  throw new Error(`${what}: not within ${ms / 1000} s\n${proxy?.failure?.stack ?? ''}\n${kubelet?.logs() ?? ''}`);
 }
 
 interface Created {
@@ -119,6 +121,9 @@ beforeAll(async () => {
   configurationName = mwc.metadata.name;
   webhookName = mwc.webhooks[0].name;
   const selector = Object.entries(deployment.spec.selector.matchLabels as Record<string, string>).map(([key, v]) => `${key}=${v}`).join(',');
+  // kube-proxy's default: changes applied at most once a second (--iptables-min-sync-period 1s).
+  proxy = new FakeKubeProxy(1000);
+  await proxy.start();
   kubelet = new FakeKubelet(NS, selector, bundle, dir);
   await kubelet.start();
   await waitFor('two ready endpoints', async () => (await readyEndpoints()).length === deployment.spec.replicas);
@@ -137,6 +142,7 @@ afterAll(async () => {
     // best effort
   }
   await kubelet?.stop();
+  await proxy?.stop();
   await Promise.all([k.deleteNamespace(NS), k.deleteNamespace(WORK)]);
   k.closeApi();
   k.removeDir(dir);
