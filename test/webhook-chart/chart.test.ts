@@ -312,6 +312,76 @@ describe.each(Object.keys(HELMS) as Helm[])('helm %s', (which) => {
   });
 });
 
+describe.each(Object.keys(HELMS) as Helm[])('helm %s: a closed values schema', (which) => {
+  // 0.3.0 rendered each of these with exit 0: typos silently ignored, values the API server refuses.
+  const REFUSED = [
+    'webhook.portt=8443',
+    'imagee.repository=x',
+    'podAnotations.a=b',
+    'webhook.excludeNamespce={batch}',
+    'terminationGracePeriodSeconds=abc',
+    'probes.liveness.periodSeconds=abc',
+    'tolerations=foo',
+    'resources.limits.memory=lots',
+    'podDisruptionBudget.maxUnavailable=-1',
+    'podDisruptionBudget.maxUnavailable=lots',
+    'certificates.certManager.duration=1y',
+    'certificates.certManager.issuerRef.kind=Foo',
+    'config.reportFile=/tmp/report.json',
+    'replicaCount=0',
+    'nodeSelector.zone=a b',
+    'podLabels.team=a b',
+    'imagePullSecrets={regcred}',
+    'metrics.port=70000',
+    'metrics.serviceMonitor.interval=soon',
+  ];
+  it.each(REFUSED)('refuses --set %s, naming the value', (value) => {
+    const r = helm(which, ['template', RELEASE, CHART, '--set', value]);
+    expect(r.status).not.toBe(0);
+    expect(r.stdout).toBe('');
+    expect(r.stderr).toMatch(/values don't meet the specifications of the schema/);
+    // The message names the key that is wrong (the last known one on its path).
+    const known = value.split('=')[0]!.split('.').slice(0, 2).join('.');
+    expect(r.stderr.replace(/'/g, '').replace(/\//g, '.').replace(/\(root\)/, ''), value).toMatch(new RegExp(known.split('.').map((part) => part.replace(/[.*+?^${}()|[\]\\]/g, '\\$&')).join('|')));
+  });
+
+  it('takes the values the API server takes: a percentage, quantities, tolerations, an issuer with its kind', () => {
+    const all = template(which, [
+      'podDisruptionBudget.maxUnavailable=50%',
+      'resources.limits.memory=1Gi',
+      'resources.requests.cpu=1',
+      'tolerations[0].key=gpu',
+      'tolerations[0].operator=Exists',
+      'certificates.certManager.enabled=true',
+      'certificates.certManager.issuerRef.name=corp',
+      'certificates.certManager.issuerRef.kind=ClusterIssuer',
+      'certificates.certManager.duration=2160h',
+    ]);
+    expectValid(all);
+    expect(only(all, 'PodDisruptionBudget').spec.maxUnavailable).toBe('50%');
+  });
+
+  it('issuerRef with a kind but no name fails even without the schema (--skip-schema-validation), instead of falling back to the chart CA', () => {
+    const r = helm(which, ['template', RELEASE, CHART, '--skip-schema-validation', '--set', 'certificates.certManager.enabled=true', '--set', 'certificates.certManager.issuerRef.kind=ClusterIssuer']);
+    expect(r.status).not.toBe(0);
+    expect(r.stderr).toContain('certificates.certManager.issuerRef has a kind or group but no name');
+  });
+
+  it.each([
+    ['vram-preflight', 'vram-preflight-webhook'],
+    ['vram-preflight-webhook', 'vram-preflight-webhook'],
+    ['gpu-vram-preflight', 'gpu-vram-preflight-webhook'],
+    ['gate', 'gate-vram-preflight-webhook'],
+  ])('helm install %s names its objects %s (no doubled name)', (release, name) => {
+    const r = helm(which, ['template', release, CHART, '--namespace', NAMESPACE]);
+    expect(r.status, r.stderr).toBe(0);
+    const all = objects(r.stdout);
+    const names = new Set(all.filter((o) => o.kind !== 'ConfigMap' && o.kind !== 'Secret').map((o) => o.metadata.name));
+    expect([...names]).toEqual([name]);
+    expect(only(all, 'MutatingWebhookConfiguration').webhooks[0].clientConfig.service.name).toBe(name);
+  });
+});
+
 describe('a generated certificate stays the same across upgrades', () => {
   let api: ChildProcess | undefined;
   let apiserver = '';
@@ -365,7 +435,7 @@ describe('the chart follows the release', () => {
     expect(chart.version).toBe(packageVersion());
     expect(chart.appVersion).toBe(packageVersion());
   });
-  it('values.schema.json embeds the current configuration schema', () => {
+  it('values.schema.json embeds the current configuration schema, and README.md its values table', () => {
     const r = spawnSync(process.execPath, [path.join(ROOT, 'scripts/chart-schema.mjs'), '--check'], { encoding: 'utf8' });
     expect(r.stderr).toBe('');
     expect(r.status).toBe(0);
