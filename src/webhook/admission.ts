@@ -68,7 +68,7 @@ export function shortReason(reason: string, limit = 160): string {
 }
 
 function invalid(message: string): Admission {
-  return { status: 400, body: JSON.stringify({ error: message }), outcome: 'invalid', dryRun: false, wrapped: [], refused: [], skipped: 0, log: { error: message } };
+  return { status: 400, body: JSON.stringify({ error: message, status: 400 }), outcome: 'invalid', dryRun: false, wrapped: [], refused: [], skipped: 0, log: { error: message } };
 }
 
 /**
