@@ -72,6 +72,8 @@ describe('registry lookup through the CLI', () => {
     expect(r.stderr).toContain('error UNKNOWN_START');
     expect(r.stderr).toContain('v0.11.1-v0.14.0');
     expect(r.stderr).toContain('not looked up (registryLookup: never)');
+    // The registry was not asked: resolve, which asks it, is the way to read the entry.
+    expect(r.stderr).toContain(`\`vram-preflight resolve ${image}\` prints this entry from the registry`);
   });
 
   it('wraps it with the ENTRYPOINT the registry holds for linux/amd64, and explain names the digest', () => {
@@ -104,6 +106,9 @@ describe('registry lookup through the CLI', () => {
     const nothing = cli([], manifest(image), path.join(root, 'other-cache'));
     expect(nothing.status).toBe(1);
     expect(nothing.stderr).toContain('lookup failed');
+    // Right after the registry proved unreachable, resolve (the same registry) is not the fix: reading the image where it can be pulled is.
+    expect(nothing.stderr).not.toContain('vram-preflight resolve');
+    expect(nothing.stderr).toContain(`the registry did not answer from here, so read the image's ENTRYPOINT where it can be pulled (\`skopeo inspect --config docker://${image}\``);
     expect(parse(readFileSync(config, 'utf8')).images[0]).toMatchObject({ repository: `${registry.host}/vllm/vllm-openai`, tag: 'v0.12.0', entrypoint: API_SERVER, cmd: [] });
   }, 60_000);
 });
