@@ -197,13 +197,28 @@ async function resolveImages(images: readonly string[], options: Options, io: Cl
   const found = [...answers.values()].filter((a): a is ImageStartAnswer => !('error' in a));
   const warnings = [...new Set(found.flatMap((a) => (a.warning ? [`warning: ${escapeControl(`${a.image}: ${a.warning}`)}`] : [])))];
   if (failures.length) {
-    report(io, diagnosticsFile, [...failures.map((f) => `error IO: ${escapeControl(`image "${f.image}": ${f.error}`)}`), ...warnings]);
+    report(io, diagnosticsFile, [...failures.map((f) => new PreflightError('IO', `image "${f.image}": ${f.error}`, { fix: resolveFix(f) }).format()), ...warnings]);
     return 1;
   }
   if (!report(io, diagnosticsFile, warnings)) return 1;
   const { renderImageEntries } = await import('../registry/index.js');
   io.stdout.write(renderImageEntries(found));
   return 0;
+}
+
+/** What to do about a failed `resolve`, by what failed (docs/registry-lookup.md). */
+function resolveFix(failure: LookupFailure): string {
+  const image = failure.image.trim();
+  switch (failure.kind) {
+    case 'unreachable':
+      return `the registry cannot be reached from here: check the way to it (HTTPS_PROXY/NO_PROXY, --registry-ca-file for a private CA, --registry-insecure for plain HTTP; docs/registry-lookup.md), or run resolve where it can be reached, or read the start where the image can be pulled (skopeo inspect --config docker://${image}) and write the entry by hand`;
+    case 'denied':
+      return 'give credentials for this registry: `docker login <registry>` writes them into ~/.docker/config.json, which resolve reads ($DOCKER_CONFIG/config.json when DOCKER_CONFIG is set; docs/registry-lookup.md, "Authentication")';
+    case 'not-found':
+      return `check the repository and tag: the registry has no ${image} (skopeo list-tags docker://${image.replace(/[:@][^/]*$/, '')} lists the tags)`;
+    default:
+      return 'check the image reference and --registry-platform (docs/registry-lookup.md)';
+  }
 }
 
 /**

@@ -31,10 +31,18 @@ export interface ImageStartAnswer {
   warning?: string;
 }
 
+/**
+ * Why a lookup failed, for the fix: the registry could not be reached (network,
+ * TLS, timeout, 429, 5xx), refused the credentials, has no such image, or the
+ * reference or what came back is not usable.
+ */
+export type LookupFailureKind = 'unreachable' | 'denied' | 'not-found' | 'invalid';
+
 export interface LookupFailure {
   image: string;
   /** One line: why. */
   error: string;
+  kind?: LookupFailureKind;
 }
 
 export const WRAPPER_COMMAND: readonly string[] = ['/bin/sh', '-ec'];
