@@ -54,6 +54,7 @@ Usage:
   vram-preflight explain [--output text|json] [options] < rendered.yaml
   vram-preflight resolve [options] IMAGE...     print config images entries read from the registry
   vram-preflight webhook --help                 the cluster-wide admission webhook (docs/webhook.md)
+  vram-preflight admit [options] < pod.yaml     what the webhook answers for a pod, a workload or an admission review
   helm install NAME CHART --post-renderer vram-preflight [--post-renderer-args --timeout-seconds=600]
 
 Rewrites every container that starts vLLM on an NVIDIA GPU so that it waits
@@ -86,8 +87,8 @@ interface ParsedArgs {
 
 const OUTPUT_FLAG = '--output';
 
-/** The commands a first word may name (`webhook` is started by src/cli/bin.ts before this parser runs). */
-const COMMANDS: readonly string[] = ['explain', 'resolve', 'webhook'];
+/** The commands a first word may name (`webhook` and `admit` are started by src/cli/bin.ts before this parser runs). */
+const COMMANDS: readonly string[] = ['explain', 'resolve', 'webhook', 'admit'];
 
 function parseArgs(argv: readonly string[]): ParsedArgs {
   const line = parseCommandLine(argv, 'render');

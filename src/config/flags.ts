@@ -15,8 +15,8 @@ import { PreflightError } from '../core/errors.js';
 import { CONFIG_ENV, CONFIG_FLAG, SCALAR_OPTIONS } from './sources.js';
 import { closest } from './suggest.js';
 
-/** `render`: the post-renderer and its commands (src/cli); `webhook`: `vram-preflight webhook` (src/webhook). */
-export type Door = 'render' | 'webhook';
+/** `render`: the post-renderer and its commands (src/cli); `webhook`: `vram-preflight webhook`; `admit`: `vram-preflight admit`, the webhook's answer without a cluster (both src/webhook). */
+export type Door = 'render' | 'webhook' | 'admit';
 
 export interface FlagRow {
   flag: string;
@@ -46,15 +46,15 @@ export function isRenderOnlyKey(key: string): boolean {
 }
 
 const WRAP_ROWS: readonly FlagRow[] = [
-  { flag: CONFIG_FLAG, value: 'FILE', env: CONFIG_ENV, help: 'YAML or JSON config file (schema: config.schema.json)', doors: ['render', 'webhook'], kind: 'wrap' },
-  ...SCALAR_OPTIONS.map((o): FlagRow => ({ flag: o.flag, value: 'VALUE', env: o.env, help: o.help, doors: RENDER_ONLY_KEYS.has(o.key) ? ['render'] : ['render', 'webhook'], kind: 'wrap' })),
+  { flag: CONFIG_FLAG, value: 'FILE', env: CONFIG_ENV, help: 'YAML or JSON config file (schema: config.schema.json)', doors: ['render', 'webhook', 'admit'], kind: 'wrap' },
+  ...SCALAR_OPTIONS.map((o): FlagRow => ({ flag: o.flag, value: 'VALUE', env: o.env, help: o.help, doors: RENDER_ONLY_KEYS.has(o.key) ? ['render'] : ['render', 'webhook', 'admit'], kind: 'wrap' })),
 ];
 
 const RENDER_ROWS: readonly FlagRow[] = [{ flag: '--output', value: 'text|json', help: "explain's and admit's format (json: src/report.schema.json)", doors: ['render'], kind: 'door' }];
 
 const SWITCH_ROWS: readonly FlagRow[] = [
-  { flag: '--help', aliases: ['-h'], help: 'show this help', doors: ['render', 'webhook'], kind: 'door' },
-  { flag: '--version', aliases: ['-v'], help: 'print the version', doors: ['render', 'webhook'], kind: 'door' },
+  { flag: '--help', aliases: ['-h'], help: 'show this help', doors: ['render', 'webhook', 'admit'], kind: 'door' },
+  { flag: '--version', aliases: ['-v'], help: 'print the version', doors: ['render', 'webhook', 'admit'], kind: 'door' },
 ];
 
 /**
@@ -65,7 +65,8 @@ const SWITCH_ROWS: readonly FlagRow[] = [
 export const FLAGS: readonly FlagRow[] = [...WRAP_ROWS, ...RENDER_ROWS, ...SWITCH_ROWS];
 
 const rowsOf = (door: Door, own: readonly FlagRow[]): FlagRow[] => [...own, ...FLAGS].filter((row) => row.doors.includes(door));
-const HELP_COMMAND: Record<Door, string> = { render: 'vram-preflight --help', webhook: 'vram-preflight webhook --help' };
+const HELP_COMMAND: Record<Door, string> = { render: 'vram-preflight --help', webhook: 'vram-preflight webhook --help', admit: 'vram-preflight admit --help' };
+const DOOR_NAME: Record<Door, string> = { render: 'the post-renderer', webhook: 'the webhook', admit: 'admit (the webhook\'s answer)' };
 
 /** What a command line says, read with the table. */
 export interface ParsedCommandLine {
@@ -115,9 +116,10 @@ function findRow(flag: string, door: Door, own: readonly FlagRow[]): FlagRow {
   const row = [...own, ...FLAGS].find((r) => r.flag === flag || r.aliases?.includes(flag));
   if (row && row.doors.includes(door)) return row;
   if (row) {
-    const where = row.doors.includes('render') ? 'the post-renderer (vram-preflight --help)' : 'the webhook (vram-preflight webhook --help)';
-    const why = door === 'webhook' && row.kind === 'wrap' ? `: ${RENDER_ONLY_WHY}` : '';
-    throw new PreflightError('USAGE', `option ${flag} belongs to ${where}, not to ${door === 'webhook' ? 'the webhook' : 'the post-renderer'}${why}`, {
+    const owner = row.doors[0]!;
+    const where = `${DOOR_NAME[owner]} (${HELP_COMMAND[owner]})`;
+    const why = door !== 'render' && row.kind === 'wrap' ? `: ${RENDER_ONLY_WHY}` : '';
+    throw new PreflightError('USAGE', `option ${flag} belongs to ${where}, not to ${DOOR_NAME[door]}${why}`, {
       fix: `leave ${flag} out here; see ${HELP_COMMAND[door]}`,
     });
   }

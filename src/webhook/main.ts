@@ -12,6 +12,8 @@ import { VERSION } from '../core/version.js';
 import { inClusterApiServer, SERVICE_ACCOUNT_DIR } from './claims.js';
 import { DEFAULT_SETTINGS, startWebhook, type WebhookSettings } from './server.js';
 
+export { runAdmitProcess } from './admit-command.js';
+
 /** The webhook's own flags: rows of the one option table (src/config/flags.ts), which parses them. */
 const WEBHOOK_ROWS: readonly FlagRow[] = [
   { flag: '--tls-cert-file', value: 'FILE', help: 'PEM certificate (chain) served; re-read when it changes (required)', doors: ['webhook'], kind: 'door' },

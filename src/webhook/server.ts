@@ -108,7 +108,7 @@ class HttpProblem extends Error {
 }
 
 /** The registry client's options: per request within the pod's budget; the whole lookup may run on after it, bounded, to fill the cache. */
-function registryOptions(options: Options, env: WebhookSettings['env']): RegistryOptions {
+export function registryOptions(options: Options, env: WebhookSettings['env']): RegistryOptions {
   const requestTimeoutMs = Math.min(5000, Math.round(options.registryTimeoutSeconds * 1000));
   return {
     platform: options.registryPlatform,
