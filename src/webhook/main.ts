@@ -12,6 +12,9 @@ import { VERSION } from '../core/version.js';
 import { inClusterApiServer, SERVICE_ACCOUNT_DIR } from './claims.js';
 import { DEFAULT_SETTINGS, startWebhook, type WebhookSettings } from './server.js';
 
+import { watchCertificateExpiry } from './certificate-expiry.js';
+import { startMetricsPort, type MetricsPort } from './metrics-port.js';
+
 export { runAdmitProcess } from './admit-command.js';
 
 /** The webhook's own flags: rows of the one option table (src/config/flags.ts), which parses them. */
@@ -26,7 +29,18 @@ const WEBHOOK_ROWS: readonly FlagRow[] = [
   { flag: '--kubernetes-credentials-dir', value: 'DIR', help: 'directory with token, ca.crt of a service account', doors: ['webhook'], kind: 'door', defaultOf: 'kubernetesCredentialsDir' },
   { flag: '--drain-timeout-ms', value: 'MS', help: 'on SIGTERM, how long requests in flight may take to finish', doors: ['webhook'], kind: 'door', defaultOf: 'drainTimeoutMs' },
   { flag: '--reload-poll-ms', value: 'MS', help: 'how often the certificate and config files are checked for changes, besides a directory watch', doors: ['webhook'], kind: 'door', defaultOf: 'reloadPollMs' },
+  { flag: '--metrics-port', value: 'PORT', help: 'also serve /metrics over plain HTTP on this port (default: none; 0: any free port), for scrapers without the CA', doors: ['webhook'], kind: 'door' },
+  { flag: '--cert-expiry-warning-days', value: 'DAYS', help: 'log a warning (daily) when the certificate expires within this many days', doors: ['webhook'], kind: 'door', defaultOf: 'certExpiryWarningDays' },
 ];
+
+/** The webhook's settings that this door handles around the server (src/webhook/server.ts knows nothing of them). */
+export interface ProcessSettings {
+  /** Absent: no plain-HTTP metrics port. */
+  metricsPort?: number;
+  certExpiryWarningDays: number;
+}
+
+export const PROCESS_DEFAULTS = { certExpiryWarningDays: 30 } as const;
 
 export const WEBHOOK_HELP = `vram-preflight ${VERSION} webhook: a mutating admission webhook that wraps vLLM containers of pods at creation
 
@@ -37,12 +51,13 @@ Serves HTTPS (HTTP/1.1 and HTTP/2, TLS 1.2+):
   POST /mutate    AdmissionReview admission.k8s.io/v1 for Pods on CREATE; always allowed
   GET  /healthz   the process answers
   GET  /readyz    a valid config is loaded (503 while it is not, and while draining)
-  GET  /metrics   Prometheus text format
+  GET  /metrics   Prometheus text format (also over plain HTTP on --metrics-port)
 Prints "listening PORT" on stdout once it serves; logs JSON lines on stderr.
+Every answer that is not 2xx is JSON: {"error": ..., "status": ...}.
 SIGTERM: stops accepting, finishes requests in flight, exits 0.
 
 Webhook options:
-${optionHelp('webhook', 'door', WEBHOOK_ROWS, { ...DEFAULT_SETTINGS, kubernetesCredentialsDir: SERVICE_ACCOUNT_DIR })}
+${optionHelp('webhook', 'door', WEBHOOK_ROWS, { ...DEFAULT_SETTINGS, ...PROCESS_DEFAULTS, kubernetesCredentialsDir: SERVICE_ACCOUNT_DIR })}
 
 Options of the wrap, as for the post-renderer (flag, or environment variable; the config file,
 re-read when it changes, sets the same names in camelCase):
@@ -83,6 +98,11 @@ export interface WebhookIO {
 
 /** Settings from argv; throws PreflightError (USAGE) for bad flags. Undefined: --help or --version was printed. */
 export function webhookSettings(argv: readonly string[], io: WebhookIO): WebhookSettings | undefined {
+  return processSettings(argv, io)?.server;
+}
+
+/** The server's settings and this door's own; undefined: --help or --version was printed. */
+export function processSettings(argv: readonly string[], io: WebhookIO): { server: WebhookSettings; process: ProcessSettings } | undefined {
   const args = parseWebhookArgs(argv);
   if (args.stop === '--help') {
     io.stdout.write(WEBHOOK_HELP);
@@ -103,7 +123,15 @@ export function webhookSettings(argv: readonly string[], io: WebhookIO): Webhook
   if (!certFile || !keyFile) throw new PreflightError('USAGE', 'the webhook needs --tls-cert-file and --tls-key-file', { fix: 'mount the Secret of its certificate (cert-manager, or the chart) and pass both paths' });
   const port = whole('--port', w('--port'), DEFAULT_SETTINGS.port);
   if (port > 65535) throw new PreflightError('USAGE', `--port is ${port}`, { fix: 'give a port from 0 to 65535' });
-  return {
+  const metricsText = w('--metrics-port');
+  const metricsPort = metricsText === undefined ? undefined : whole('--metrics-port', metricsText, 0);
+  if (metricsPort !== undefined && metricsPort > 65535) throw new PreflightError('USAGE', `--metrics-port is ${metricsPort}`, { fix: 'give a port from 0 to 65535' });
+  if (metricsPort !== undefined && metricsPort !== 0 && metricsPort === port) throw new PreflightError('USAGE', `--metrics-port is --port (${port})`, { fix: 'give the plain-HTTP metrics port a port of its own' });
+  const own: ProcessSettings = {
+    ...(metricsPort !== undefined ? { metricsPort } : {}),
+    certExpiryWarningDays: whole('--cert-expiry-warning-days', w('--cert-expiry-warning-days'), PROCESS_DEFAULTS.certExpiryWarningDays, 1),
+  };
+  const server: WebhookSettings = {
     certFile,
     keyFile,
     port,
@@ -122,33 +150,43 @@ export function webhookSettings(argv: readonly string[], io: WebhookIO): Webhook
     idleTimeoutMs: DEFAULT_SETTINGS.idleTimeoutMs,
     log: (entry) => io.stderr.write(`${JSON.stringify({ time: new Date().toISOString(), ...entry })}\n`),
   };
+  return { server, process: own };
 }
 
 /** The process: runs until SIGTERM/SIGINT. Exit codes: 0 after a drain, 2 usage, 1 cannot start. */
 export async function runWebhook(argv: readonly string[], io: WebhookIO = { stdout: process.stdout, stderr: process.stderr, env: process.env }): Promise<void> {
-  let settings: WebhookSettings | undefined;
+  let both: ReturnType<typeof processSettings>;
   try {
-    settings = webhookSettings(argv, io);
+    both = processSettings(argv, io);
   } catch (error) {
     if (!(error instanceof PreflightError)) throw error;
     io.stderr.write(`vram-preflight: ${error.format()}\n`);
     process.exitCode = 2;
     return;
   }
-  if (!settings) return;
+  if (!both) return;
+  const { server: settings, process: own } = both;
   let webhook;
+  let metricsPort: MetricsPort | undefined;
   try {
     webhook = await startWebhook(settings);
+    if (own.metricsPort !== undefined) {
+      metricsPort = await startMetricsPort(own.metricsPort, settings.address, webhook.metrics);
+      settings.log({ level: 'info', msg: 'metrics listening', port: metricsPort.port, address: settings.address || '*', scheme: 'http' });
+    }
   } catch (error) {
     const message = error instanceof PreflightError ? error.format() : `cannot start: ${(error as NodeJS.ErrnoException).code ?? ''} ${(error as Error).message}`;
     settings.log({ level: 'error', msg: 'cannot start', error: message });
     process.exitCode = 1;
+    if (webhook) void webhook.drain().then(() => process.exit(1));
     return;
   }
+  const expiry = watchCertificateExpiry({ certFile: settings.certFile, warningDays: own.certExpiryWarningDays, metrics: webhook.metrics, log: settings.log, pollMs: settings.reloadPollMs });
   io.stdout.write(`listening ${webhook.port}\n`);
   const stop = (signal: string): void => {
     settings.log({ level: 'info', msg: `${signal}: draining` });
-    void webhook.drain().then(() => process.exit(0));
+    expiry.close();
+    void Promise.all([webhook.drain(), metricsPort?.close()]).then(() => process.exit(0));
   };
   process.once('SIGTERM', () => stop('SIGTERM'));
   process.once('SIGINT', () => stop('SIGINT'));

@@ -11,6 +11,7 @@ import path from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { annotationOps, NOT_WRAPPED_LIMIT, notWrappedAnnotation, notWrappedWarnings, shortReason, WARNING_LIMIT, type RefusedContainer } from '../../src/webhook/admission.js';
 import { imageEntryFix } from '../../src/core/index.js';
+import { expiryNotice } from '../../src/webhook/certificate-expiry.js';
 import { pointerSegment } from '../../src/core/index.js';
 import { ImageStartCache, DEFAULT_CACHE_SETTINGS, type Answer } from '../../src/webhook/image-starts.js';
 import { webhookMetrics } from '../../src/webhook/metrics.js';
@@ -190,5 +191,16 @@ describe('the not-wrapped answer stays within the API server\'s limits', () => {
   it('one refused container keeps its whole reason up to 300 characters and its fix', () => {
     const one = notWrappedAnnotation([{ container: 'model', reason: 'short reason', fix: { text: 'give the container a command' } }]);
     expect(one).toBe('model: short reason\n  fix: give the container a command');
+  });
+});
+
+describe('certificate expiry notice', () => {
+  const day = 24 * 60 * 60 * 1000;
+  const now = Date.parse('2026-12-04T00:00:00Z');
+  it('nothing outside the window; warn inside it, with the whole days left; error once passed', () => {
+    expect(expiryNotice(now + 31 * day, now, 30)).toBeUndefined();
+    expect(expiryNotice(now + 30 * day, now, 30)).toEqual({ level: 'warn', msg: 'certificate expires in 30 day(s)', daysLeft: 30 });
+    expect(expiryNotice(now + day / 2, now, 30)).toMatchObject({ level: 'warn', daysLeft: 0 });
+    expect(expiryNotice(now - 1, now, 30)).toMatchObject({ level: 'error', msg: expect.stringMatching(/^certificate has expired/) });
   });
 });
