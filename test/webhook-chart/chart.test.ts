@@ -152,7 +152,7 @@ describe.each(Object.keys(HELMS) as Helm[])('helm %s', (which) => {
           'PodDisruptionBudget',
           'Service',
           'ServiceAccount',
-          ...(certs === 'generated' ? ['Secret'] : ['Certificate', 'Certificate', 'Issuer', 'Issuer']),
+          ...(certs === 'generated' ? ['Secret', 'Secret'] : ['Certificate', 'Certificate', 'Issuer', 'Issuer']),
         ].sort(),
       );
     });
@@ -234,10 +234,10 @@ describe.each(Object.keys(HELMS) as Helm[])('helm %s', (which) => {
 
     if (certs === 'generated') {
       it('generates a CA and a serving certificate for the Service, and trusts that CA', () => {
-        const secret = only(all, 'Secret');
+        const secret = only(all, 'Secret', `${FULLNAME}-tls`);
         expect(secret.type).toBe('kubernetes.io/tls');
         const decode = (key: string) => Buffer.from(secret.data[key], 'base64');
-        const ca = new X509Certificate(decode('ca.crt'));
+        const ca = new X509Certificate(Buffer.from(only(all, 'Secret', `${FULLNAME}-ca`).data['ca.crt'], 'base64'));
         const serving = new X509Certificate(decode('tls.crt'));
         expect(serving.checkIssued(ca)).toBe(true);
         expect(serving.verify(ca.publicKey)).toBe(true);
@@ -245,6 +245,7 @@ describe.each(Object.keys(HELMS) as Helm[])('helm %s', (which) => {
         for (const name of [FULLNAME, `${FULLNAME}.${NAMESPACE}`, `${FULLNAME}.${NAMESPACE}.svc`, `${FULLNAME}.${NAMESPACE}.svc.cluster.local`]) {
           expect(serving.checkHost(name), name).toBe(name);
         }
+        // ca.crt and caBundle: the current CA (which signed it) and the next one (rotation.test.ts).
         expect(webhook.clientConfig.caBundle).toBe(secret.data['ca.crt']);
         expect(hook.metadata.annotations?.['cert-manager.io/inject-ca-from']).toBeUndefined();
       });
@@ -387,15 +388,23 @@ describe('a generated certificate stays the same across upgrades', () => {
   let apiserver = '';
   let dir = '';
   let first: K8s[] = [];
+  const owned = (o: K8s): K8s => ({
+    ...o,
+    metadata: { ...o.metadata, labels: { ...o.metadata.labels, 'app.kubernetes.io/managed-by': 'Helm' }, annotations: { ...o.metadata.annotations, 'meta.helm.sh/release-name': RELEASE, 'meta.helm.sh/release-namespace': NAMESPACE } },
+  });
 
   beforeAll(async () => {
-    // The Secret of an earlier install, as the cluster holds it (with Helm's ownership metadata).
+    // The Secrets and the webhook configuration of an earlier install, as the cluster holds them (with Helm's ownership metadata).
     first = template('v3');
-    const secret = only(first, 'Secret');
-    secret.metadata.labels = { ...secret.metadata.labels, 'app.kubernetes.io/managed-by': 'Helm' };
-    secret.metadata.annotations = { 'meta.helm.sh/release-name': RELEASE, 'meta.helm.sh/release-namespace': NAMESPACE };
     dir = mkdtempSync(path.join(tmpdir(), 'chart-api-'));
-    writeFileSync(path.join(dir, 'objects.json'), JSON.stringify({ [`/api/v1/namespaces/${NAMESPACE}/secrets/${FULLNAME}-tls`]: secret }));
+    writeFileSync(
+      path.join(dir, 'objects.json'),
+      JSON.stringify({
+        [`/api/v1/namespaces/${NAMESPACE}/secrets/${FULLNAME}-tls`]: owned(only(first, 'Secret', `${FULLNAME}-tls`)),
+        [`/api/v1/namespaces/${NAMESPACE}/secrets/${FULLNAME}-ca`]: owned(only(first, 'Secret', `${FULLNAME}-ca`)),
+        [`/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations/${FULLNAME}`]: owned(only(first, 'MutatingWebhookConfiguration')),
+      }),
+    );
     api = spawn(process.execPath, [path.join(ROOT, 'test/e2e/fake-apiserver.mjs'), path.join(dir, 'objects.json')], { stdio: ['ignore', 'pipe', 'inherit'] });
     const port = await new Promise<string>((resolve, reject) => {
       let buf = '';
@@ -413,17 +422,17 @@ describe('a generated certificate stays the same across upgrades', () => {
     if (dir) rmSync(dir, { recursive: true, force: true });
   });
 
-  it.each(Object.keys(HELMS) as Helm[])('helm %s install --dry-run=server reuses the Secret lookup finds', (which) => {
+  it.each(Object.keys(HELMS) as Helm[])('helm %s install --dry-run=server reuses the Secrets lookup finds', (which) => {
     const r = helm(which, ['install', RELEASE, CHART, '--namespace', NAMESPACE, '--dry-run=server', '--disable-openapi-validation', '--kube-apiserver', apiserver]);
     expect(r.stderr).toBe('');
     expect(r.status).toBe(0);
     const all = objects(r.stdout.slice(r.stdout.indexOf('\nMANIFEST:\n') + 11));
-    expect(only(all, 'Secret').data).toEqual(only(first, 'Secret').data);
-    expect(only(all, 'MutatingWebhookConfiguration').webhooks[0].clientConfig.caBundle).toBe(only(first, 'Secret').data['ca.crt']);
+    for (const name of [`${FULLNAME}-tls`, `${FULLNAME}-ca`]) expect(only(all, 'Secret', name).data).toEqual(only(first, 'Secret', name).data);
+    expect(only(all, 'MutatingWebhookConfiguration').webhooks[0].clientConfig.caBundle).toBe(only(first, 'Secret', `${FULLNAME}-tls`).data['ca.crt']);
   });
 
   it('without a cluster (helm template), each render generates a new pair', () => {
-    expect(only(template('v4'), 'Secret').data['ca.crt']).not.toBe(only(first, 'Secret').data['ca.crt']);
+    expect(only(template('v4'), 'Secret', `${FULLNAME}-tls`).data['ca.crt']).not.toBe(only(first, 'Secret', `${FULLNAME}-tls`).data['ca.crt']);
   });
 });
 
