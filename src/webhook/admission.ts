@@ -22,18 +22,19 @@
  */
 import type { Options } from '../core/options.js';
 import type { RegistryAnswers } from '../core/decide/start.js';
-import { ACTION_EFFECTS, asObject, claimReferences, patchObject, pointerSegment, withLookups, type JsonPatchOperation, type PatchResult } from '../core/index.js';
-import { allowedAnswer, echo, readReview, type Admission, type RefusedContainer } from './answers.js';
+import { ACTION_EFFECTS, asObject, claimReferences, imageEntryFix, imageEntryYaml, patchObject, pointerSegment, withLookups, type ContainerReport, type JsonPatchOperation, type PatchResult } from '../core/index.js';
+import { escapeControl } from '../core/errors.js';
+import { allowedAnswer, echo, readReview, type Admission, type RefusalFix, type RefusedContainer } from './answers.js';
 import type { ClaimReadResult, ClaimReference } from './claims.js';
 import type { Outcome } from './metrics.js';
 
-export type { Admission, RefusedContainer };
-
-/** The reason a pod reads when its decision did not finish by the request's deadline (./worker.ts ends it then). */
-export const DECISION_LATE = 'its decision did not finish within the request\'s deadline';
+export type { Admission, RefusalFix, RefusedContainer };
 
 export const ANNOTATION_WRAPPED = 'vram-preflight.io/wrapped';
 export const ANNOTATION_NOT_WRAPPED = 'vram-preflight.io/not-wrapped';
+
+/** The reason a pod reads when its decision did not finish by the request's deadline (./worker.ts ends it then). */
+export const DECISION_LATE = 'its decision did not finish within the request\'s deadline';
 
 /**
  * Per-pod work is bounded, so that no admission holds the server for the
@@ -58,12 +59,114 @@ export interface AdmissionDependencies {
   onReview?: (late: Admission) => void;
 }
 
+/**
+ * The API server's limits on what an answer says (k8s.io/apiserver
+ * pkg/endpoints/filters/warning.go): a warning with a control character (a
+ * line break) is dropped whole; past 4096 runes of warnings in all, each is
+ * cut to 256. So a warning is one line of at most 256 characters, and the
+ * warnings of one answer stay under 4096. An object's annotations may hold
+ * 256 KiB in all (apimachinery ValidateAnnotationsSize); ours takes at most
+ * NOT_WRAPPED_LIMIT of it.
+ */
+export const WARNING_LIMIT = 256;
+const WARNINGS_TOTAL_LIMIT = 4096;
+export const NOT_WRAPPED_LIMIT = 4096;
+
 type Plain = Record<string, unknown>;
 
 /** A reason on one line, short enough for kubectl's warning and an annotation. */
 export function shortReason(reason: string, limit = 160): string {
-  const line = reason.split('\n')[0]!.trim();
-  return line.length <= limit ? line : `${line.slice(0, limit - 1)}…`;
+  return cut(escapeControl(reason.split('\n')[0]!.trim()), limit);
+}
+
+/** At most `limit` characters, with … where it was cut (never inside a surrogate pair). */
+function cut(text: string, limit: number): string {
+  if (text.length <= limit) return text;
+  let end = limit - 1;
+  if (/[\ud800-\udbff]/.test(text[end - 1] ?? '')) end--;
+  return `${text.slice(0, end)}…`;
+}
+
+/** The fix as the chart's values, YAML lines to add (the annotation). */
+function fixLines(fix: RefusalFix): string[] {
+  if ('text' in fix) return [`  fix: ${escapeControl(fix.text)}`];
+  const { entry } = fix;
+  const how = entry.like !== undefined ? `a mirror of ${entry.like}` : escapeControl(entry.howToRead ?? '');
+  return [`  fix: add this entry to config.images in the webhook chart's values (${how}), then helm upgrade:`, '    config:', '      images:', ...imageEntryYaml(entry, '        ')];
+}
+
+/** The fix on one line (a warning): the entry as flow YAML. */
+function fixLine(fix: RefusalFix): string {
+  if ('text' in fix) return escapeControl(fix.text);
+  const { entry } = fix;
+  const fields = entry.like !== undefined ? [`repository: ${entry.repository}`, `like: ${entry.like}`] : [`repository: ${entry.repository}`, `${entry.pin.key}: "${entry.pin.value}"`, 'entrypoint: [...]', ...(entry.needsCmd ? ['cmd: [...]'] : [])];
+  return `add to the chart's config.images: {${fields.join(', ')}}`;
+}
+
+/** The fix as a warning: where the YAML is, when that fits; the fix itself before anything else. */
+function fixWarning(name: string, fix: string): string {
+  const full = `vram-preflight: to wrap "${name}": ${fix} (annotation ${ANNOTATION_NOT_WRAPPED} has the YAML)`;
+  return full.length <= WARNING_LIMIT ? full : cut(`vram-preflight: to wrap "${name}": ${fix}`, WARNING_LIMIT);
+}
+
+/** The not-wrapped annotation: each container's reason and fix, within NOT_WRAPPED_LIMIT. */
+export function notWrappedAnnotation(refused: readonly RefusedContainer[]): string {
+  const blocks = refused.map((r) => [`${escapeControl(r.container)}: ${shortReason(r.reason, 600)}`, ...(r.fix ? fixLines(r.fix) : [])].join('\n'));
+  const kept: string[] = [];
+  let size = 0;
+  for (const [i, block] of blocks.entries()) {
+    const more = `... and ${blocks.length - i} more container(s): see the webhook's log`;
+    if (size + block.length + 1 > NOT_WRAPPED_LIMIT - more.length - 1) {
+      kept.push(more);
+      break;
+    }
+    kept.push(block);
+    size += block.length + 1;
+  }
+  return kept.join('\n');
+}
+
+/** The warnings kubectl prints: per container, the reason, then the fix; one line each, within the API server's limits. */
+export function notWrappedWarnings(refused: readonly RefusedContainer[]): string[] {
+  const warnings: string[] = [];
+  let total = 0;
+  for (const [i, r] of refused.entries()) {
+    const name = escapeControl(r.container);
+    const pair = [
+      cut(`vram-preflight: container "${name}" not wrapped, admitted unchanged: ${shortReason(r.reason, WARNING_LIMIT)}`, WARNING_LIMIT),
+      ...(r.fix ? [fixWarning(name, fixLine(r.fix))] : []),
+    ];
+    const more = `vram-preflight: ${refused.length - i} more container(s) not wrapped: see the annotation ${ANNOTATION_NOT_WRAPPED}`;
+    const size = pair.reduce((n, w) => n + w.length, 0);
+    if (total + size > WARNINGS_TOTAL_LIMIT - more.length) {
+      warnings.push(more);
+      break;
+    }
+    warnings.push(...pair);
+    total += size;
+  }
+  return warnings;
+}
+
+/** A container of the pod by name (containers, then initContainers). */
+function containerNamed(pod: Plain, name: string): Plain | undefined {
+  const spec = asObject(pod.spec);
+  for (const list of [spec?.containers, spec?.initContainers]) {
+    if (!Array.isArray(list)) continue;
+    const found = list.map(asObject).find((c) => c?.name === name);
+    if (found) return found;
+  }
+  return undefined;
+}
+
+/** The fix of a refused container: for a start only a registry could place, the config entry; else the error's own fix. */
+function refusalFix(pod: Plain, report: ContainerReport, lookupFailed: boolean): RefusalFix | undefined {
+  if (report.error?.code === 'UNKNOWN_START' && report.image !== undefined) {
+    const args = containerNamed(pod, report.container)?.args;
+    return { entry: imageEntryFix(report.image, Array.isArray(args) && args.length > 0, lookupFailed) };
+  }
+  const fix = report.error?.details.fix;
+  return fix ? { text: fix.split('\n')[0]! } : undefined;
 }
 
 /** Ops that set the annotations to these values (creating metadata.annotations where the pod has none); none for a value already there. */
@@ -79,7 +182,7 @@ export function annotationOps(pod: Plain, values: Readonly<Record<string, string
 }
 
 /** The refused containers and the wrapped ones, from the core's reports and the claims that could not be read. */
-function readResult(result: PatchResult, claimFailures: ReadonlyMap<string, string>, answers: RegistryAnswers | undefined): { wrapped: string[]; refused: RefusedContainer[]; skipped: number } {
+function readResult(pod: Plain, result: PatchResult, claimFailures: ReadonlyMap<string, string>, answers: RegistryAnswers | undefined): { wrapped: string[]; refused: RefusedContainer[]; skipped: number } {
   const wrapped: string[] = [];
   const refused: RefusedContainer[] = [];
   let skipped = 0;
@@ -91,7 +194,8 @@ function readResult(result: PatchResult, claimFailures: ReadonlyMap<string, stri
       // The core's reason lists every source it tried; where the registry was the last hope, its failure is what to read first.
       const answer = report.image === undefined ? undefined : answers?.get(report.image);
       const failed = answer && 'error' in answer ? answer.error : undefined;
-      refused.push({ container, reason: failed ? `the start of its image is known only to its registry, and ${failed}` : report.reason });
+      const fix = refusalFix(pod, report, failed !== undefined);
+      refused.push({ container, reason: failed ? `the start of its image is known only to its registry, and ${failed}` : report.reason, ...(fix ? { fix } : {}) });
     } else if (report.unknownDeviceClaims && claimFailures.size > 0) {
       // vLLM whose GPU is a claim we could not read: the core could not tell; say why it could not.
       const why = [...claimFailures].filter(([label]) => report.unknownDeviceClaims!.some((claim) => claim.startsWith(`${label} `))).map(([label, failure]) => `DRA ${label}: ${failure}`);
@@ -131,10 +235,11 @@ export async function admit(text: string, deps: AdmissionDependencies): Promise<
   }
   if (request.operation !== 'CREATE') return ignored(`operation ${echo(request.operation, 16)}, not CREATE`);
   if (!pod) return ignored('the request has no object');
+  /** The whole pod admitted unchanged, with the reason (the annotation for `*`, one warning). */
   const notWrapped = (reason: string, level?: string): Admission =>
     allowedAnswer(uid, 'not-wrapped', {
       dryRun,
-      patch: annotationOps(pod, { [ANNOTATION_NOT_WRAPPED]: `*: ${reason}` }),
+      patch: annotationOps(pod, { [ANNOTATION_NOT_WRAPPED]: notWrappedAnnotation([{ container: '*', reason }]) }),
       warnings: [`vram-preflight: pod admitted unchanged: ${reason}`],
       refused: [{ container: '*', reason }],
       log: { ...log, outcome: 'not-wrapped', ...(level ? { level } : {}), notWrapped: [{ container: '*', reason }] },
@@ -166,25 +271,23 @@ export async function admit(text: string, deps: AdmissionDependencies): Promise<
     let answers: RegistryAnswers | undefined;
     const lookup = deps.lookup && (async (images: readonly string[]) => (answers = await deps.lookup!(images)));
     const result = await withLookups((registry) => patchObject(pod, deps.options, { registry, claims }), deps.options.registryLookup, lookup);
-    const { wrapped, refused, skipped } = readResult(result, claimFailures, answers);
+    const { wrapped, refused, skipped } = readResult(pod, result, claimFailures, answers);
     const annotations: Record<string, string> = {};
     if (wrapped.length > 0) {
       const before = asObject(metadata?.annotations)?.[ANNOTATION_WRAPPED];
       const earlier = typeof before === 'string' ? before.split(',').filter((name) => name !== '') : [];
       annotations[ANNOTATION_WRAPPED] = [...new Set([...earlier, ...wrapped])].join(',');
     }
-    if (refused.length > 0) annotations[ANNOTATION_NOT_WRAPPED] = refused.map((r) => `${r.container}: ${shortReason(r.reason)}`).join('; ');
-    const patch = [...result.patch, ...annotationOps(pod, annotations)];
-    const warnings = refused.map((r) => shortReason(`vram-preflight: container "${r.container}" not wrapped, admitted unchanged: ${shortReason(r.reason, 200)}`, 240));
+    if (refused.length > 0) annotations[ANNOTATION_NOT_WRAPPED] = notWrappedAnnotation(refused);
     const outcome: Outcome = refused.length > 0 ? 'not-wrapped' : wrapped.length > 0 ? 'wrapped' : 'unchanged';
     return allowedAnswer(uid, outcome, {
       dryRun,
-      patch,
-      warnings,
+      patch: [...result.patch, ...annotationOps(pod, annotations)],
+      warnings: notWrappedWarnings(refused),
       wrapped,
       refused,
       skipped,
-      log: { ...log, outcome, wrapped, ...(refused.length > 0 ? { notWrapped: refused.map((r) => ({ container: r.container, reason: shortReason(r.reason, 300) })) } : {}) },
+      log: { ...log, outcome, wrapped, ...(refused.length > 0 ? { notWrapped: refused.map((r) => ({ container: r.container, reason: shortReason(r.reason, 300), ...(r.fix ? { fix: fixLine(r.fix) } : {}) })) } : {}) },
     });
   } catch (error) {
     // A bug of ours: the pod goes in as it came, and says so.

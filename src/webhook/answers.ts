@@ -9,8 +9,7 @@
  * nothing of the body but named fields, each cut to a length, never an env
  * value or the body's bytes.
  */
-import type { JsonPatchOperation } from '../core/index.js';
-import { asObject } from '../core/index.js';
+import { asObject, type ImageEntryFix, type JsonPatchOperation } from '../core/index.js';
 import type { Outcome } from './metrics.js';
 import { base64Json } from './patch-encoding.js';
 
@@ -22,7 +21,12 @@ export const UID_LIMIT = 128;
 export interface RefusedContainer {
   container: string;
   reason: string;
+  /** What to change so that it is wrapped: the chart values to add, or the fix of the error. */
+  fix?: RefusalFix;
 }
+
+/** A fix as the chart's user applies it: a `config.images` entry, or words. */
+export type RefusalFix = { entry: ImageEntryFix } | { text: string };
 
 export interface Admission {
   /** 200, or 400 when the body is no AdmissionReview. */
@@ -63,9 +67,14 @@ export function reviewText(uid: string, patch: readonly JsonPatchOperation[], wa
   return `${head},"patchType":"JSONPatch","patch":"${base64Json(patch).join('')}"${tail}`;
 }
 
+/** The body of every answer that is not 2xx: `{"error": ..., "status": ...}`. */
+export function jsonError(status: number, message: string): string {
+  return `${JSON.stringify({ error: message, status })}\n`;
+}
+
 /** A body no review can be answered for: HTTP 400 with a one-line message. */
-export function invalidAnswer(message: string): Admission {
-  return { status: 400, body: JSON.stringify({ error: message }), outcome: 'invalid', dryRun: false, wrapped: [], refused: [], skipped: 0, log: { error: message } };
+export function invalidAnswer(message: string, status = 400): Admission {
+  return { status, body: jsonError(status, message), outcome: 'invalid', dryRun: false, wrapped: [], refused: [], skipped: 0, log: { error: message } };
 }
 
 /** An allowed answer. */

@@ -20,6 +20,9 @@
  * byte is read; the API server's objects are at most ~3 MiB), UTF-8 only
  * (400), and, with a client CA, only from a client with its certificate
  * (403); malformed bodies get 400 with a message that quotes none of them.
+ * Every answer that is not 2xx is JSON ({"error": ..., "status": ...}), and
+ * every refused request is logged once ("request refused", or the admission
+ * line of a 400).
  */
 import { readFileSync } from 'node:fs';
 import { getHeapStatistics } from 'node:v8';
@@ -30,7 +33,7 @@ import { parseImage } from '../core/tables/image-ref.js';
 import { KNOWN_IMAGES } from '../core/tables/images.js';
 import type { RegistryOptions, RegistryPolicy } from '../registry/index.js';
 import { admit, type AdmissionDependencies } from './admission.js';
-import { echo, notReadyAnswer } from './answers.js';
+import { echo, jsonError, notReadyAnswer } from './answers.js';
 import { BODY_LIMIT, ByteBudget, checkDeclaredLength, decodeBody, HttpProblem, readBody, Reservation, SMALL_BODY, type Request } from './body.js';
 import { ClaimReader } from './claims.js';
 import { DEFAULT_CACHE_SETTINGS, ImageStartCache, type LookupFunction } from './image-starts.js';
@@ -148,11 +151,11 @@ export function registryPolicy(options: Options): RegistryPolicy {
   return { registries: [...known, ...named], privateRegistries: [...named] };
 }
 
-/** The registry client's options: per request within the pod's budget; the whole lookup may run on after it, bounded, to fill the cache. */
-function registryOptions(options: Options, env: WebhookSettings['env'], policy: RegistryPolicy): RegistryOptions {
+/** The registry client's options: per request within the pod's budget; the whole lookup may run on after it, bounded, to fill the cache; only the registries of the policy. */
+export function registryOptions(options: Options, env: WebhookSettings['env']): RegistryOptions {
   const requestTimeoutMs = Math.min(5000, Math.round(options.registryTimeoutSeconds * 1000));
   return {
-    policy,
+    policy: registryPolicy(options),
     platform: options.registryPlatform,
     cacheDir: options.cacheDir ?? `${env.TMPDIR || '/tmp'}/vram-preflight-cache`,
     requestTimeoutMs,
@@ -200,35 +203,33 @@ export async function startWebhook(settings: WebhookSettings): Promise<Webhook> 
 
   const deps = (options: Options): AdmissionDependencies => ({
     options,
-    lookup: (wanted) => images.answers(wanted, registryOptions(options, settings.env, registryPolicy(options))),
+    lookup: (wanted) => images.answers(wanted, registryOptions(options, settings.env)),
     readClaims: claimReader ? (namespace, references) => claimReader.read(namespace, references) : undefined,
     limitHit: (limit) => metrics.limits.inc({ limit }),
   });
 
-  /** Refused before the admission: counted, logged (the status and why, nothing of the body), answered with the reason. */
-  const refuse = (req: Request, res: Response, error: unknown): void => {
+  /** A body refused before its admission: counted, logged and answered with the reason (nothing of the body). */
+  const refuseBody = (req: Request, res: Response, error: unknown): void => {
     const status = error instanceof HttpProblem ? error.status : 400;
-    const message = error instanceof HttpProblem ? error.message : 'the request could not be read';
     metrics.admissions.inc({ outcome: 'invalid', dry_run: 'false' });
     if (error instanceof HttpProblem && error.limit) metrics.limits.inc({ limit: error.limit });
-    log({ level: 'warn', msg: 'request refused', status, error: message });
-    transport.send(req, res, status, TEXT, `${message}\n`);
+    transport.refuse(req, res, status, error instanceof HttpProblem ? error.message : 'the request could not be read');
   };
 
   const mutate = async (req: Request, res: Response, expectsContinue: boolean): Promise<void> => {
     const started = process.hrtime.bigint();
     const deadline = Date.now() + settings.requestTimeoutMs;
     if (req.method !== 'POST') {
-      transport.send(req, res, 405, TEXT, `${echo(req.method, 16)} is not allowed here: POST an AdmissionReview\n`, { allow: 'POST' });
+      transport.refuse(req, res, 405, `${echo(req.method, 16)} is not allowed here: POST an AdmissionReview`, { allow: 'POST' });
       return;
     }
     if (!transport.clientAllowed(req)) {
-      transport.send(req, res, 403, TEXT, 'a client certificate of the configured client CA is required\n');
+      transport.refuse(req, res, 403, 'a client certificate of the configured client CA is required');
       return;
     }
     const type = String(req.headers['content-type'] ?? '');
     if (!/^application\/json\s*(;|$)/i.test(type)) {
-      transport.send(req, res, 415, TEXT, `Content-Type is ${JSON.stringify(echo(type))}: send application/json\n`);
+      transport.refuse(req, res, 415, `Content-Type is ${JSON.stringify(echo(type, 100))}: send application/json`);
       return;
     }
     let reservation: Reservation | undefined;
@@ -244,7 +245,7 @@ export async function startWebhook(settings: WebhookSettings): Promise<Webhook> 
         // A large body is decoded (and parsed, and decided) off the event loop.
         if (!worker || body.length <= SMALL_BODY) text = decodeBody(body);
       } catch (error) {
-        refuse(req, res, error);
+        refuseBody(req, res, error);
         return;
       }
       // Not ready (no valid config yet): the API server should not be sending; if it does, the pod goes in unchanged.
@@ -267,11 +268,12 @@ export async function startWebhook(settings: WebhookSettings): Promise<Webhook> 
   const handle = async (req: Request, res: Response, expectsContinue: boolean): Promise<void> => {
     const path = pathOf(req);
     if (path === '/mutate') return mutate(req, res, expectsContinue);
-    if (req.method !== 'GET' && req.method !== 'HEAD') return transport.send(req, res, 405, TEXT, `${echo(req.method, 16)} is not allowed here\n`, { allow: 'GET' });
+    if (req.method !== 'GET' && req.method !== 'HEAD') return transport.refuse(req, res, 405, `${echo(req.method, 16)} is not allowed here`, { allow: 'GET' });
     if (path === '/healthz') return transport.send(req, res, 200, TEXT, 'ok\n');
-    if (path === '/readyz') return lifecycle.ready() ? transport.send(req, res, 200, TEXT, 'ok\n') : transport.send(req, res, 503, TEXT, `${lifecycle.whyNotReady()}\n`);
+    // Not a refused request: a probe's answer, asked every few seconds; the reason was logged when it arose.
+    if (path === '/readyz') return lifecycle.ready() ? transport.send(req, res, 200, TEXT, 'ok\n') : transport.send(req, res, 503, 'application/json', jsonError(503, lifecycle.whyNotReady()));
     if (path === '/metrics') return transport.send(req, res, 200, 'text/plain; version=0.0.4; charset=utf-8', metrics.render());
-    return transport.send(req, res, 404, TEXT, 'not found: POST /mutate, GET /healthz, /readyz, /metrics\n');
+    return transport.refuse(req, res, 404, 'not found: POST /mutate, GET /healthz, /readyz, /metrics');
   };
 
   const transport = new Transport({ ...settings, tls: tlsSettings(settings) }, certificate.pair, { handle, route: (req) => (ROUTES.has(pathOf(req)) ? pathOf(req) : 'other'), metrics, log });

@@ -19,9 +19,10 @@
  * - idle connections are closed after `idleTimeoutMs`.
  */
 import { createSecureServer, type Http2SecureServer, type Http2ServerResponse, type SecureServerOptions, type ServerHttp2Session } from 'node:http2';
-import type { ServerResponse } from 'node:http';
+import { STATUS_CODES, type ServerResponse } from 'node:http';
 import type { AddressInfo, Socket } from 'node:net';
 import type { TLSSocket } from 'node:tls';
+import { jsonError } from './answers.js';
 import type { Request } from './body.js';
 import type { WebhookMetrics } from './metrics.js';
 import type { KeyPair, Log } from './reload.js';
@@ -148,6 +149,21 @@ export class Transport {
       socket.on('close', () => this.h1.delete(socket));
     });
     this.server.on('session', (session: ServerHttp2Session) => this.track(session));
+    // HTTP/1.1 requests Node refuses before they reach us (headers too slow, too large, not HTTP): the same JSON answer and log line.
+    // Anything else here (a TLS handshake that failed or timed out, a reset) is only closed, as Node would without this listener.
+    this.server.on('clientError', (error: NodeJS.ErrnoException, socket: TLSSocket) => {
+      const httpError = error.code === 'ERR_HTTP_REQUEST_TIMEOUT' || error.code?.startsWith('HPE_');
+      if (!httpError || !socket.writable || socket.bytesWritten > 0) {
+        socket.destroy();
+        return;
+      }
+      const status = error.code === 'ERR_HTTP_REQUEST_TIMEOUT' ? 408 : error.code === 'HPE_HEADER_OVERFLOW' ? 431 : 400;
+      const message = status === 408 ? `the request did not arrive within ${settings.headersTimeoutMs} ms` : status === 431 ? 'the request headers are too large' : `not an HTTP request (${error.code ?? 'unparsable'})`;
+      hooks.metrics.requests.inc({ route: 'other', code: String(status) });
+      hooks.log({ level: 'warn', msg: 'request refused', status, error: message });
+      const body = jsonError(status, message);
+      socket.end(`HTTP/1.1 ${status} ${STATUS_CODES[status]}\r\ncontent-type: application/json\r\ncontent-length: ${Buffer.byteLength(body)}\r\nconnection: close\r\n\r\n${body}`);
+    });
     this.server.on('tlsClientError', () => {
       // A client that cannot finish a handshake is the client's problem; nothing to log per connection.
     });
@@ -242,9 +258,15 @@ export class Transport {
     res.on('close', done);
     this.hooks.handle(req, res, expectsContinue).catch((error: unknown) => {
       log({ level: 'error', msg: 'internal error', error: error instanceof Error ? (error.stack ?? error.message) : String(error) });
-      if (!res.headersSent) this.send(req, res, 500, 'text/plain; charset=utf-8', 'internal error\n');
+      if (!res.headersSent) this.send(req, res, 500, 'application/json', jsonError(500, 'internal error (logged)'));
       else if (!res.writableEnded) res.end();
     });
+  }
+
+  /** A refused request: one JSON answer, one log line (the method and route, never more of the request). */
+  refuse(req: Request, res: Response, status: number, message: string, extra: Record<string, string> = {}): void {
+    this.hooks.log({ level: 'warn', msg: 'request refused', status, method: (req.method ?? '').slice(0, 16), path: this.hooks.route(req), error: message });
+    this.send(req, res, status, 'application/json', jsonError(status, message), extra);
   }
 
   /** Whether the client presented a certificate of the client CA (with the common name asked); true when none is asked. */

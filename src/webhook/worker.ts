@@ -158,7 +158,7 @@ export class AdmissionWorker {
     const worker = this.worker;
     this.worker = undefined;
     if (this.jobs.size > 0) this.log({ level: 'warn', msg: 'admission worker restarted', reason: why, unfinished: this.jobs.size });
-    for (const job of [...this.jobs.values()]) job.finish(job.fallback ?? { ...invalidAnswer(`the body could not be read in time (${DECISION_LATE})`), status: 503 });
+    for (const job of [...this.jobs.values()]) job.finish(job.fallback ?? invalidAnswer(`the body could not be read in time (${DECISION_LATE})`, 503));
     void worker?.terminate();
   }
 

@@ -1,0 +1,94 @@
+// A hostile client of the webhook, run as a process of its own so that its
+// own work (encrypting hundreds of MiB, thousands of sockets) is not charged
+// to the legitimate admissions the test measures at the same time.
+//
+//   node attacker.mjs '{"mode":"h2-bodies","port":N,"ca":"ca.crt","count":60,"bytes":3565158}'
+//   node attacker.mjs '{"mode":"h1-bodies","port":N,"ca":"ca.crt","count":60,"rounds":2,"bytes":3565158}'
+//   node attacker.mjs '{"mode":"idle","port":N,"ca":"ca.crt","count":3000}'
+//
+// Prints one JSON line when done (the bodies' answers by status; for idle,
+// how many connections were open once all were tried, then it holds them
+// until it is killed).
+import { readFileSync } from 'node:fs';
+import http2 from 'node:http2';
+import https from 'node:https';
+import tls from 'node:tls';
+
+const job = JSON.parse(process.argv[2]);
+const ca = readFileSync(job.ca);
+
+/** An AdmissionReview of `bytes` bytes whose pod has many labels: what parses into the most objects per byte. */
+function bigReview(bytes) {
+  const labels = {};
+  let size = 0;
+  for (let i = 0; size < bytes - 1200; i++) {
+    labels[`l${i}`] = `v${i}`;
+    size += `"l${i}":"v${i}",`.length;
+  }
+  return JSON.stringify({
+    apiVersion: 'admission.k8s.io/v1',
+    kind: 'AdmissionReview',
+    request: { uid: 'attacker', kind: { group: '', version: 'v1', kind: 'Pod' }, resource: { group: '', version: 'v1', resource: 'pods' }, namespace: 'x', operation: 'CREATE', object: { apiVersion: 'v1', kind: 'Pod', metadata: { name: 'big', labels }, spec: { containers: [{ name: 'c', image: 'nginx' }] } } },
+  });
+}
+
+const tally = {};
+const count = (what) => (tally[what] = (tally[what] ?? 0) + 1);
+
+if (job.mode === 'h2-bodies') {
+  const body = Buffer.from(bigReview(job.bytes));
+  // The client's own session memory would otherwise refuse 60 bodies queued at once (ENHANCE_YOUR_CALM from Node's client).
+  const session = http2.connect(`https://127.0.0.1:${job.port}`, { ca, maxSessionMemory: 1024 });
+  session.on('error', () => count('session-error'));
+  await Promise.all(
+    Array.from({ length: job.count }, () =>
+      new Promise((resolve) => {
+        const stream = session.request({ ':method': 'POST', ':path': '/mutate', 'content-type': 'application/json', 'content-length': String(body.length) });
+        let status = 'reset';
+        stream.on('response', (headers) => (status = String(headers[':status'])));
+        stream.on('data', () => {});
+        stream.on('error', () => {});
+        stream.on('close', () => resolve(count(status)));
+        stream.end(body);
+      }),
+    ),
+  );
+  session.destroy();
+  console.log(JSON.stringify(tally));
+} else if (job.mode === 'h1-bodies') {
+  const body = Buffer.from(bigReview(job.bytes));
+  const one = () =>
+    new Promise((resolve) => {
+      const req = https.request({ host: '127.0.0.1', port: job.port, servername: 'localhost', path: '/mutate', method: 'POST', ca, agent: false, headers: { 'content-type': 'application/json', 'content-length': body.length } }, (res) => {
+        res.resume();
+        res.on('end', () => resolve(count(String(res.statusCode))));
+        res.on('error', () => resolve(count('error')));
+      });
+      req.on('error', () => resolve(count('error')));
+      req.end(body);
+    });
+  for (let round = 0; round < job.rounds; round++) await Promise.all(Array.from({ length: job.count }, one));
+  console.log(JSON.stringify(tally));
+} else if (job.mode === 'idle') {
+  const sockets = [];
+  let open = 0;
+  for (let i = 0; i < job.count; i += 100) {
+    await Promise.all(
+      Array.from({ length: Math.min(100, job.count - i) }, () =>
+        new Promise((resolve) => {
+          const socket = tls.connect({ host: '127.0.0.1', port: job.port, servername: 'localhost', ca, ALPNProtocols: ['http/1.1'] }, () => {
+            open++;
+            resolve();
+          });
+          socket.on('error', () => resolve());
+          socket.on('close', () => open--);
+          sockets.push(socket);
+        }),
+      ),
+    );
+  }
+  // Let the server's closes arrive.
+  await new Promise((resolve) => setTimeout(resolve, 500));
+  console.log(JSON.stringify({ tried: job.count, open }));
+  await new Promise(() => {});
+}
