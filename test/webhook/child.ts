@@ -19,7 +19,7 @@ export const CHART_MEMORY_LIMIT_MIB = 256;
 export const CHART_HEAP_MIB = Math.floor((CHART_MEMORY_LIMIT_MIB * 3) / 8);
 
 /** Flags added with the hardening: an earlier build is run without them. */
-const NEW_FLAGS = ['--shutdown-delay-ms', '--max-connections', '--max-http2-streams', '--max-body-bytes-in-flight', '--registry-lookups-in-flight', '--kubernetes-reads-in-flight', '--tls-min-version', '--tls-cipher-suites', '--client-ca-file', '--client-common-name'];
+const NEW_FLAGS = ['--shutdown-delay-ms', '--max-connections', '--max-concurrent-streams', '--max-body-bytes-in-flight', '--registry-lookups-in-flight', '--kubernetes-reads-in-flight', '--tls-min-version', '--tls-cipher-suites', '--client-ca-file', '--client-common-name'];
 
 export const OTHER_BUILD = process.env.VRAM_PREFLIGHT_WEBHOOK_BUNDLE;
 
