@@ -68,6 +68,9 @@ const VALUES = {
     namespaceMode: { enum: ['optIn', 'optOut'], description: 'optIn: only namespaces labelled vram-preflight.io/inject=enabled. optOut: every namespace except those labelled vram-preflight.io/inject=disabled. kube-system, kube-node-lease and the release namespace are never sent.' },
     excludeNamespaces: { type: 'array', description: 'More namespaces never sent, by name.', items: { type: 'string', pattern: DNS_LABEL } },
     extraArgs: { type: 'array', description: 'Extra flags of `vram-preflight webhook` (e.g. --registry-budget-ms=1500); the webhook refuses an unknown one at start.', items: { type: 'string', pattern: '^--[a-z]' } },
+    shutdownDelaySeconds: int('On SIGTERM, how long the webhook goes on accepting and answering, not ready, while the Service stops sending it connections (Gatekeeper: 10 s); then it drains.', { minimum: 0, maximum: 300 }),
+    drainTimeoutSeconds: int('After the shutdown delay, how long admissions in flight may take to finish.', { minimum: 1, maximum: 300 }),
+    heapMiB: int("Node's heap cap (--max-old-space-size), MiB. 0: 3/8 of resources.limits.memory; the webhook sizes its other limits from it.", { minimum: 0, maximum: 65536 }),
   }),
   metrics: object('Prometheus metrics (docs/webhook.md, "Metrics").', {
     port: int('A plain-HTTP port that serves /metrics only (0: none; /metrics is then on the HTTPS port alone, behind the chart CA).', { minimum: 0, maximum: 65535 }),
@@ -105,7 +108,7 @@ const VALUES = {
     name: str('Its name. Empty: the full name.', { pattern: `^$|${DNS_SUBDOMAIN}` }),
     annotations: annotations('Annotations of the service account.'),
   }),
-  terminationGracePeriodSeconds: int("Above the webhook's drain on SIGTERM (--drain-timeout-ms, 15 s by default).", { minimum: 0, maximum: 3600 }),
+  terminationGracePeriodSeconds: { type: ['integer', 'null'], minimum: 1, maximum: 3600, description: "The pod's grace period after SIGTERM. Empty: webhook.shutdownDelaySeconds + webhook.drainTimeoutSeconds + 5; a value must be above those two together." },
   podAnnotations: annotations('Annotations of the webhook pods.'),
   podLabels: labels('Labels of the webhook pods, besides the chart\'s.'),
   resources: object('Resources of the webhook container.', {
@@ -135,7 +138,7 @@ const VALUES = {
       },
     },
   },
-  priorityClassName: str('PriorityClass of the webhook pods.', { pattern: `^$|${DNS_SUBDOMAIN}` }),
+  priorityClassName: str('PriorityClass of the webhook pods (as Gatekeeper: system-cluster-critical; "" where the cluster keeps that class to kube-system).', { pattern: `^$|${DNS_SUBDOMAIN}` }),
   nodeSelector: map('Node labels the webhook pods must run on.', { type: 'string', pattern: LABEL_VALUE }, QUALIFIED_NAME),
   tolerations: {
     type: 'array',
@@ -164,7 +167,27 @@ const VALUES = {
   service: object('The Service the API server calls.', {
     port: int('Service port (the MutatingWebhookConfiguration calls it).', { minimum: 1, maximum: 65535 }),
   }),
+  networkPolicy: object('A NetworkPolicy: only the API server reaches the webhook, only the listed scrapers its metrics.', {
+    enabled: bool('Create it (apiServer is then required).'),
+    apiServer: { type: 'array', description: "NetworkPolicyPeers the API server's calls come from, e.g. [{ipBlock: {cidr: 10.0.0.0/24}}] (the control plane; konnectivity's agents where it is used).", items: networkPolicyPeer() },
+    metricsScrapers: { type: 'array', description: 'NetworkPolicyPeers allowed to scrape metrics.port (or the HTTPS port when it is 0).', items: networkPolicyPeer() },
+  }),
 };
+
+/** A NetworkPolicyPeer (networking.k8s.io/v1): an ipBlock, or pod and namespace selectors. */
+function networkPolicyPeer() {
+  const selector = { type: 'object', additionalProperties: false, properties: { matchLabels: { type: 'object', additionalProperties: { type: 'string' } }, matchExpressions: { type: 'array', items: { type: 'object' } } } };
+  return {
+    type: 'object',
+    additionalProperties: false,
+    minProperties: 1,
+    properties: {
+      ipBlock: { type: 'object', additionalProperties: false, required: ['cidr'], properties: { cidr: { type: 'string', pattern: '^[0-9a-fA-F:.]+/[0-9]{1,3}$' }, except: { type: 'array', items: { type: 'string', pattern: '^[0-9a-fA-F:.]+/[0-9]{1,3}$' } } } },
+      namespaceSelector: selector,
+      podSelector: selector,
+    },
+  };
+}
 
 function probeTiming() {
   return {

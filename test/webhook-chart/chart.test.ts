@@ -13,6 +13,7 @@ import { Ajv } from 'ajv';
 import { ClusterRole, ClusterRoleBinding } from 'kubernetes-models/rbac.authorization.k8s.io/v1';
 import { MutatingWebhookConfiguration } from 'kubernetes-models/admissionregistration.k8s.io/v1';
 import { Deployment } from 'kubernetes-models/apps/v1';
+import { NetworkPolicy } from 'kubernetes-models/networking.k8s.io/v1';
 import { PodDisruptionBudget } from 'kubernetes-models/policy/v1';
 import { ConfigMap, Secret, Service, ServiceAccount } from 'kubernetes-models/v1';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -66,6 +67,7 @@ const MODELS: Record<string, Model> = {
   'rbac.authorization.k8s.io/v1/ClusterRole': ClusterRole as unknown as Model,
   'rbac.authorization.k8s.io/v1/ClusterRoleBinding': ClusterRoleBinding as unknown as Model,
   'admissionregistration.k8s.io/v1/MutatingWebhookConfiguration': MutatingWebhookConfiguration as unknown as Model,
+  'networking.k8s.io/v1/NetworkPolicy': NetworkPolicy as unknown as Model,
 };
 // cert-manager's CRDs are not in kubernetes-models: the fields the chart sets,
 // with the types and required fields of cert-manager.io/v1, nothing else.
@@ -291,6 +293,8 @@ describe.each(Object.keys(HELMS) as Helm[])('helm %s', (which) => {
         '--tls-key-file=/etc/vram-preflight/tls/tls.key',
         '--config=/etc/vram-preflight/config/config.yaml',
         '--port=8443',
+        '--shutdown-delay-ms=10000',
+        '--drain-timeout-ms=15000',
       ]);
       // Whole-directory mounts of the Secret and the ConfigMap: the kubelet updates them in place.
       expect(container.volumeMounts.every((m: { subPath?: string }) => m.subPath === undefined)).toBe(true);
@@ -495,6 +499,60 @@ describe('NOTES.txt (helm v4 install --dry-run=client, which needs no cluster)',
     expect(text).not.toContain('certificates.generated.rotation');
     expect(text).toContain('the ServiceMonitor vram-preflight-webhook scrapes /metrics over HTTP on port 9090');
     expect(text).toContain('Alerts: the PrometheusRule vram-preflight-webhook');
+  });
+});
+
+describe.each(Object.keys(HELMS) as Helm[])('helm %s: hardening', (which) => {
+  const deployment = (values: string[] = []) => only(template(which, values), 'Deployment').spec.template.spec;
+  const fails = (values: string[]): string => {
+    const r = helm(which, ['template', RELEASE, CHART, '--namespace', NAMESPACE, ...values.flatMap((v) => ['--set', v])]);
+    expect(r.status, values.join(',')).not.toBe(0);
+    return r.stderr;
+  };
+  const settingsOf = (args: string[]) => processSettings(args.slice(1), { stdout: { write: () => true }, stderr: { write: () => true }, env: {} })!.server;
+
+  it('the shutdown delay and the drain are flags the webhook takes, and the grace period is made of them (or refused when shorter)', () => {
+    const pod = deployment();
+    expect(pod.terminationGracePeriodSeconds).toBe(30);
+    expect(settingsOf(pod.containers[0].args)).toMatchObject({ shutdownDelayMs: 10_000, drainTimeoutMs: 15_000 });
+    const longer = deployment(['webhook.shutdownDelaySeconds=20', 'webhook.drainTimeoutSeconds=30']);
+    expect(longer.terminationGracePeriodSeconds).toBe(55);
+    expect(settingsOf(longer.containers[0].args)).toMatchObject({ shutdownDelayMs: 20_000, drainTimeoutMs: 30_000 });
+    expect(deployment(['terminationGracePeriodSeconds=90']).terminationGracePeriodSeconds).toBe(90);
+    expect(fails(['terminationGracePeriodSeconds=20'])).toContain('terminationGracePeriodSeconds 20 must be above webhook.shutdownDelaySeconds + webhook.drainTimeoutSeconds (25)');
+  });
+
+  it("Node's heap cap is 3/8 of the memory limit (any quantity's suffix), or webhook.heapMiB; a limit too small for it fails", () => {
+    const heap = (values: string[]) => deployment(values).containers[0].env?.find((e: { name: string }) => e.name === 'NODE_OPTIONS')?.value;
+    expect(heap([])).toBe('--max-old-space-size=144');
+    expect(deployment().containers[0].resources.limits.memory).toBe('384Mi');
+    expect(heap(['resources.limits.memory=1Gi'])).toBe('--max-old-space-size=384');
+    expect(heap(['resources.limits.memory=512M'])).toBe('--max-old-space-size=183');
+    expect(heap(['resources.limits.memory=402653184'])).toBe('--max-old-space-size=144');
+    expect(heap(['webhook.heapMiB=200'])).toBe('--max-old-space-size=200');
+    expect(fails(['resources.limits.memory=128Mi'])).toContain('leaves the webhook 48 MiB of heap');
+  });
+
+  it('runs at system-cluster-critical priority, as Gatekeeper, unless told otherwise', () => {
+    expect(deployment().priorityClassName).toBe('system-cluster-critical');
+    expect(deployment(['priorityClassName=']).priorityClassName).toBeUndefined();
+  });
+
+  it('networkPolicy: only the API server reaches the HTTPS port, only the scrapers the metrics port; without the API server named it fails instead of shutting it out', () => {
+    expect(template(which).some((o) => o.kind === 'NetworkPolicy')).toBe(false);
+    expect(fails(['networkPolicy.enabled=true'])).toContain('networkPolicy.apiServer must name where the API server');
+    const all = template(which, ['networkPolicy.enabled=true', 'networkPolicy.apiServer[0].ipBlock.cidr=10.0.0.0/24', 'metrics.port=9090', 'networkPolicy.metricsScrapers[0].namespaceSelector.matchLabels.team=monitoring']);
+    expectValid(all);
+    const policy = only(all, 'NetworkPolicy');
+    expect(policy.spec.podSelector.matchLabels).toEqual(only(all, 'Deployment').spec.selector.matchLabels);
+    expect(policy.spec.policyTypes).toEqual(['Ingress']);
+    expect(policy.spec.ingress).toEqual([
+      { from: [{ ipBlock: { cidr: '10.0.0.0/24' } }], ports: [{ protocol: 'TCP', port: 8443 }] },
+      { from: [{ namespaceSelector: { matchLabels: { team: 'monitoring' } } }], ports: [{ protocol: 'TCP', port: 9090 }] },
+    ]);
+    // Scrapers of the HTTPS port when there is no metrics port.
+    const https = only(template(which, ['networkPolicy.enabled=true', 'networkPolicy.apiServer[0].ipBlock.cidr=10.0.0.0/24', 'networkPolicy.metricsScrapers[0].podSelector.matchLabels.app=prometheus']), 'NetworkPolicy');
+    expect(https.spec.ingress[1].ports).toEqual([{ protocol: 'TCP', port: 8443 }]);
   });
 });
 

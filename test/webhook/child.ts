@@ -15,7 +15,7 @@ import * as h from './harness.js';
 const ROOT = path.resolve(import.meta.dirname, '../..');
 
 /** The chart's memory limit (deploy/webhook/values.yaml) and the heap cap it derives from it (deploy/webhook/templates/_helpers.tpl). */
-export const CHART_MEMORY_LIMIT_MIB = 256;
+export const CHART_MEMORY_LIMIT_MIB = 384;
 export const CHART_HEAP_MIB = Math.floor((CHART_MEMORY_LIMIT_MIB * 3) / 8);
 
 /** Flags added with the hardening: an earlier build is run without them. */

@@ -65,3 +65,43 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 {{- $ns := .Release.Namespace -}}
 {{- list $svc (printf "%s.%s" $svc $ns) (printf "%s.%s.svc" $svc $ns) (printf "%s.%s.svc.cluster.local" $svc $ns) | toJson -}}
 {{- end -}}
+
+{{/*
+Node's heap cap, MiB: webhook.heapMiB, else 3/8 of resources.limits.memory
+(a Kubernetes quantity: plain bytes, or with a decimal k/M/G/T or binary
+Ki/Mi/Gi/Ti suffix); empty without either (Node's own default). A limit that
+leaves less than 64 MiB of heap fails the render.
+*/}}
+{{- define "vram-preflight-webhook.heapMiB" -}}
+{{- if .Values.webhook.heapMiB -}}
+{{- .Values.webhook.heapMiB -}}
+{{- else -}}
+{{- $limit := toString (dig "limits" "memory" "" .Values.resources) -}}
+{{- if $limit -}}
+{{- $number := regexFind "^[0-9]+(\\.[0-9]+)?" $limit -}}
+{{- $unit := trimPrefix $number $limit -}}
+{{- /* MiB per unit of each suffix */ -}}
+{{- $perMiB := dict "" 0.00000095367431640625 "k" 0.00095367431640625 "Ki" 0.0009765625 "M" 0.95367431640625 "Mi" 1.0 "G" 953.67431640625 "Gi" 1024.0 "T" 953674.31640625 "Ti" 1048576.0 -}}
+{{- if not (hasKey $perMiB $unit) -}}
+{{- fail (printf "resources.limits.memory %q: write it as a quantity with a k, M, G, T, Ki, Mi, Gi or Ti suffix, or set webhook.heapMiB" $limit) -}}
+{{- end -}}
+{{- $heap := floor (divf (mulf (float64 $number) (get $perMiB $unit) 3.0) 8.0) | int -}}
+{{- if lt $heap 64 -}}
+{{- fail (printf "resources.limits.memory %q leaves the webhook %d MiB of heap (3/8 of it); give it at least 192Mi, or set webhook.heapMiB" $limit $heap) -}}
+{{- end -}}
+{{- $heap -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{/* The pod's grace period: terminationGracePeriodSeconds, else the shutdown delay, the drain and 5 s; never one the webhook cannot finish within. */}}
+{{- define "vram-preflight-webhook.gracePeriod" -}}
+{{- $needed := add .Values.webhook.shutdownDelaySeconds .Values.webhook.drainTimeoutSeconds -}}
+{{- if kindIs "invalid" .Values.terminationGracePeriodSeconds -}}
+{{- add $needed 5 -}}
+{{- else if le (int .Values.terminationGracePeriodSeconds) (int $needed) -}}
+{{- fail (printf "terminationGracePeriodSeconds %v must be above webhook.shutdownDelaySeconds + webhook.drainTimeoutSeconds (%v): the kubelet would kill the webhook with admissions in flight" .Values.terminationGracePeriodSeconds $needed) -}}
+{{- else -}}
+{{- .Values.terminationGracePeriodSeconds -}}
+{{- end -}}
+{{- end -}}
