@@ -34,6 +34,7 @@ export const SCALAR_OPTIONS: readonly { key: Key; flag: string; env: string; kin
   { key: 'registryPlatform', flag: '--registry-platform', env: 'VRAM_PREFLIGHT_REGISTRY_PLATFORM', kind: 'text', help: 'platform of multi-arch images, os/arch[/variant] (default linux/amd64)' },
   { key: 'registryTimeoutSeconds', flag: '--registry-timeout-seconds', env: 'VRAM_PREFLIGHT_REGISTRY_TIMEOUT_SECONDS', kind: 'number', help: 'per-request registry timeout (default 5)' },
   { key: 'registryInsecure', flag: '--registry-insecure', env: 'VRAM_PREFLIGHT_REGISTRY_INSECURE', kind: 'list', help: 'registry host[:port] reached over plain HTTP or unverified TLS (repeatable; env: comma list)' },
+  { key: 'registryAllow', flag: '--registry-allow', env: 'VRAM_PREFLIGHT_REGISTRY_ALLOW', kind: 'list', help: 'registry host, host:port or *.domain the webhook may look up, besides the image table\'s and those the config names (repeatable; env: comma list)' },
   { key: 'registryCaFile', flag: '--registry-ca-file', env: 'VRAM_PREFLIGHT_REGISTRY_CA_FILE', kind: 'text', help: 'extra CA certificates (PEM) trusted for registries' },
   { key: 'fastParse', flag: '--fast-parse', env: 'VRAM_PREFLIGHT_FAST_PARSE', kind: 'text', help: 'on|off: read plain rendered YAML with the fast parser, falling back to the yaml library (default on)' },
   { key: 'cacheDir', flag: '--cache-dir', env: 'VRAM_PREFLIGHT_CACHE_DIR', kind: 'text', help: 'registry answer cache (default $XDG_CACHE_HOME/vram-preflight; the webhook: $TMPDIR/vram-preflight-cache)' },

@@ -3,10 +3,11 @@
 "use strict";
 export const validate = validate10;
 export default validate10;
-const schema11 = {"$schema":"http://json-schema.org/draft-07/schema#","$id":"https://github.com/vram-preflight/vram-preflight/config.schema.json","title":"vram-preflight configuration","description":"Options for vram-preflight. Every option can also be given as a flag (--timeout-seconds) or an environment variable (VRAM_PREFLIGHT_TIMEOUT_SECONDS); flags win over environment variables, which win over this file.","type":"object","additionalProperties":false,"properties":{"$schema":{"type":"string"},"timeoutSeconds":{"description":"How long the preflight waits for GPU memory before it fails the container, in seconds. Keep it above the slowest VRAM reclaim you have seen (about 40 s in the original incident) and below the container's startupProbe budget.","type":"integer","minimum":1,"maximum":86400,"default":300},"pollIntervalSeconds":{"description":"Seconds between nvidia-smi queries while waiting (0.01 to 60, at most 3 decimals).","type":"number","minimum":0.01,"maximum":60,"default":1},"logIntervalSeconds":{"description":"Seconds between progress lines while waiting.","type":"integer","minimum":1,"maximum":3600,"default":10},"headroomMiB":{"description":"MiB each GPU must have free on top of ceil(total x gpu-memory-utilization).","type":"integer","minimum":0,"maximum":1048576,"default":0},"defaultUtilization":{"description":"The utilization assumed when a container gives no --gpu-memory-utilization. vLLM's own default is 0.9 (0.92 in the newest releases); the lower value never makes the wait stricter than vLLM.","type":"number","exclusiveMinimum":0,"maximum":1,"default":0.9},"onNvidiaSmiUnavailable":{"description":"What the preflight does when nvidia-smi is missing, fails, or prints something that is not a number: warn and start vLLM anyway (what happens without vram-preflight), or fail the container.","enum":["warn","fail"],"default":"warn"},"nvidiaSmiTimeoutSeconds":{"description":"Seconds one nvidia-smi query may take. A query that takes longer is killed and counts as nvidia-smi unavailable (it hangs when the driver is wedged), which onNvidiaSmiUnavailable then handles. Keep it well under timeoutSeconds; it is cut to the time left near the end of the wait.","type":"integer","minimum":1,"maximum":600,"default":10},"fastParse":{"description":"on: documents written in the plain block YAML that charts render are read by vram-preflight's own narrow parser, which hands everything else to the yaml library (the same result, less start-up time). off: the yaml library reads every document. A switch for troubleshooting; the output is the same either way.","enum":["on","off"],"default":"on"},"containerNames":{"description":"Only containers whose name matches one of these patterns (`*` matches any run of characters) are considered. Empty or absent: every container.","type":"array","items":{"type":"string","minLength":1},"default":[]},"images":{"description":"Starts (ENTRYPOINT and CMD) of images that the built-in table cannot place. Entries here win over the table. Each entry either states the start (entrypoint, and cmd for containers without args) or borrows a table row with like: (a mirror or rebuild of a known image). `vram-preflight resolve IMAGE...` prints entries read from the registry.","type":"array","items":{"type":"object","additionalProperties":false,"required":["repository"],"properties":{"repository":{"description":"Repository path, with or without registry (e.g. registry.example.com/ml/vllm-custom).","type":"string","minLength":1},"tag":{"description":"Tag pattern (`*` matches any run of characters). Default: every tag.","type":"string","minLength":1,"default":"*"},"entrypoint":{"description":"The image's ENTRYPOINT, as a list ([] when it has none: a container's first args item is then the program).","type":"array","items":{"type":"string"},"minItems":0},"cmd":{"description":"The image's CMD, as a list ([] when it has none). Needed only for containers that give no args.","type":"array","items":{"type":"string"}},"digest":{"description":"Only the image pinned by this manifest digest (sha256:...), as `resolve` writes for digest-pinned images.","type":"string","pattern":"^sha256:[0-9a-f]{64}$"},"like":{"description":"Borrow the tag ranges of this built-in table repository (e.g. vllm/vllm-openai) for a mirror or rebuild under another name.","type":"string","minLength":1}},"oneOf":[{"required":["entrypoint"],"not":{"required":["like"]}},{"required":["like"],"not":{"anyOf":[{"required":["entrypoint"]},{"required":["cmd"]}]}}]},"default":[]},"diagnosticsFile":{"description":"A file that receives every warning and error of a run (Helm 4 discards a post-renderer's stderr). Overwritten on each run.","type":"string","minLength":1},"registryLookup":{"description":"When to read an image's ENTRYPOINT/CMD from its registry: missing (only what the config and the table cannot place), never (hermetic builds: refuse instead), always (the registry first).","enum":["missing","never","always"],"default":"missing"},"registryPlatform":{"description":"Platform whose image is read from a multi-platform index: os/architecture[/variant].","type":"string","pattern":"^[a-z0-9]+/[a-z0-9_]+(/[a-z0-9]+)?$","default":"linux/amd64"},"registryTimeoutSeconds":{"description":"Timeout of one registry request, in seconds; a lookup never holds helm for long.","type":"number","exclusiveMinimum":0,"maximum":60,"default":5},"cacheDir":{"description":"Directory for cached registry answers (default $XDG_CACHE_HOME/vram-preflight, else ~/.cache/vram-preflight). Unwritable: a warning, never a failure.","type":"string","minLength":1},"registryInsecure":{"description":"Registries (host or host:port) that may be reached over plain HTTP or with unverified TLS, as Docker's insecure-registries. Loopback registries always may.","type":"array","items":{"type":"string","minLength":1},"default":[]},"registryCaFile":{"description":"A PEM file of extra CA certificates trusted for registries (NODE_EXTRA_CA_CERTS works too).","type":"string","minLength":1},"reportFile":{"description":"A file that receives the JSON report of every run (ok or not), as `explain --output json` prints it (schema: report.schema.json). Overwritten on each run.","type":"string","minLength":1}}};
+const schema11 = {"$schema":"http://json-schema.org/draft-07/schema#","$id":"https://github.com/vram-preflight/vram-preflight/config.schema.json","title":"vram-preflight configuration","description":"Options for vram-preflight. Every option can also be given as a flag (--timeout-seconds) or an environment variable (VRAM_PREFLIGHT_TIMEOUT_SECONDS); flags win over environment variables, which win over this file.","type":"object","additionalProperties":false,"properties":{"$schema":{"type":"string"},"timeoutSeconds":{"description":"How long the preflight waits for GPU memory before it fails the container, in seconds. Keep it above the slowest VRAM reclaim you have seen (about 40 s in the original incident) and below the container's startupProbe budget.","type":"integer","minimum":1,"maximum":86400,"default":300},"pollIntervalSeconds":{"description":"Seconds between nvidia-smi queries while waiting (0.01 to 60, at most 3 decimals).","type":"number","minimum":0.01,"maximum":60,"default":1},"logIntervalSeconds":{"description":"Seconds between progress lines while waiting.","type":"integer","minimum":1,"maximum":3600,"default":10},"headroomMiB":{"description":"MiB each GPU must have free on top of ceil(total x gpu-memory-utilization).","type":"integer","minimum":0,"maximum":1048576,"default":0},"defaultUtilization":{"description":"The utilization assumed when a container gives no --gpu-memory-utilization. vLLM's own default is 0.9 (0.92 in the newest releases); the lower value never makes the wait stricter than vLLM.","type":"number","exclusiveMinimum":0,"maximum":1,"default":0.9},"onNvidiaSmiUnavailable":{"description":"What the preflight does when nvidia-smi is missing, fails, or prints something that is not a number: warn and start vLLM anyway (what happens without vram-preflight), or fail the container.","enum":["warn","fail"],"default":"warn"},"nvidiaSmiTimeoutSeconds":{"description":"Seconds one nvidia-smi query may take. A query that takes longer is killed and counts as nvidia-smi unavailable (it hangs when the driver is wedged), which onNvidiaSmiUnavailable then handles. Keep it well under timeoutSeconds; it is cut to the time left near the end of the wait.","type":"integer","minimum":1,"maximum":600,"default":10},"fastParse":{"description":"on: documents written in the plain block YAML that charts render are read by vram-preflight's own narrow parser, which hands everything else to the yaml library (the same result, less start-up time). off: the yaml library reads every document. A switch for troubleshooting; the output is the same either way.","enum":["on","off"],"default":"on"},"containerNames":{"description":"Only containers whose name matches one of these patterns (`*` matches any run of characters) are considered. Empty or absent: every container.","type":"array","items":{"type":"string","minLength":1},"default":[]},"images":{"description":"Starts (ENTRYPOINT and CMD) of images that the built-in table cannot place. Entries here win over the table. Each entry either states the start (entrypoint, and cmd for containers without args) or borrows a table row with like: (a mirror or rebuild of a known image). `vram-preflight resolve IMAGE...` prints entries read from the registry.","type":"array","items":{"type":"object","additionalProperties":false,"required":["repository"],"properties":{"repository":{"description":"Repository path, with or without registry (e.g. registry.example.com/ml/vllm-custom).","type":"string","minLength":1},"tag":{"description":"Tag pattern (`*` matches any run of characters). Default: every tag.","type":"string","minLength":1,"default":"*"},"entrypoint":{"description":"The image's ENTRYPOINT, as a list ([] when it has none: a container's first args item is then the program).","type":"array","items":{"type":"string"},"minItems":0},"cmd":{"description":"The image's CMD, as a list ([] when it has none). Needed only for containers that give no args.","type":"array","items":{"type":"string"}},"digest":{"description":"Only the image pinned by this manifest digest (sha256:...), as `resolve` writes for digest-pinned images.","type":"string","pattern":"^sha256:[0-9a-f]{64}$"},"like":{"description":"Borrow the tag ranges of this built-in table repository (e.g. vllm/vllm-openai) for a mirror or rebuild under another name.","type":"string","minLength":1}},"oneOf":[{"required":["entrypoint"],"not":{"required":["like"]}},{"required":["like"],"not":{"anyOf":[{"required":["entrypoint"]},{"required":["cmd"]}]}}]},"default":[]},"diagnosticsFile":{"description":"A file that receives every warning and error of a run (Helm 4 discards a post-renderer's stderr). Overwritten on each run.","type":"string","minLength":1},"registryLookup":{"description":"When to read an image's ENTRYPOINT/CMD from its registry: missing (only what the config and the table cannot place), never (hermetic builds: refuse instead), always (the registry first).","enum":["missing","never","always"],"default":"missing"},"registryPlatform":{"description":"Platform whose image is read from a multi-platform index: os/architecture[/variant].","type":"string","pattern":"^[a-z0-9]+/[a-z0-9_]+(/[a-z0-9]+)?$","default":"linux/amd64"},"registryTimeoutSeconds":{"description":"Timeout of one registry request, in seconds; a lookup never holds helm for long.","type":"number","exclusiveMinimum":0,"maximum":60,"default":5},"cacheDir":{"description":"Directory for cached registry answers (default $XDG_CACHE_HOME/vram-preflight, else ~/.cache/vram-preflight). Unwritable: a warning, never a failure.","type":"string","minLength":1},"registryInsecure":{"description":"Registries (host or host:port) that may be reached over plain HTTP or with unverified TLS, as Docker's insecure-registries. Loopback registries always may.","type":"array","items":{"type":"string","minLength":1},"default":[]},"registryAllow":{"description":"Registries the webhook may look up, besides the public registries of the built-in image table (docker.io, ghcr.io, nvcr.io) and those named by images and registryInsecure: host, host:port, or *.domain for its subdomains. Hosts named here exactly (and in images and registryInsecure) may resolve to private addresses; any other lookup connects only to public ones. The post-renderer looks up any registry the render names.","type":"array","items":{"type":"string","pattern":"^(\\*\\.)?[A-Za-z0-9]([-A-Za-z0-9.]*[A-Za-z0-9])?(:[0-9]{1,5})?$|^\\[[0-9A-Fa-f:.]+\\](:[0-9]{1,5})?$"},"default":[]},"registryCaFile":{"description":"A PEM file of extra CA certificates trusted for registries (NODE_EXTRA_CA_CERTS works too).","type":"string","minLength":1},"reportFile":{"description":"A file that receives the JSON report of every run (ok or not), as `explain --output json` prints it (schema: report.schema.json). Overwritten on each run.","type":"string","minLength":1}}};
 const func2 = Object.prototype.hasOwnProperty;
 const pattern0 = new RegExp("^sha256:[0-9a-f]{64}$", "u");
 const pattern1 = new RegExp("^[a-z0-9]+/[a-z0-9_]+(/[a-z0-9]+)?$", "u");
+const pattern2 = new RegExp("^(\\*\\.)?[A-Za-z0-9]([-A-Za-z0-9.]*[A-Za-z0-9])?(:[0-9]{1,5})?$|^\\[[0-9A-Fa-f:.]+\\](:[0-9]{1,5})?$", "u");
 
 function validate10(data, {instancePath="", parentData, parentDataProperty, rootData=data}={}){
 /*# sourceURL="https://github.com/vram-preflight/vram-preflight/config.schema.json" */;
@@ -881,11 +882,15 @@ vErrors.push(err63);
 errors++;
 }
 }
-if(data.registryCaFile !== undefined){
-let data28 = data.registryCaFile;
-if(typeof data28 === "string"){
-if(data28.length < 1){
-const err64 = {instancePath:instancePath+"/registryCaFile",schemaPath:"#/properties/registryCaFile/minLength",keyword:"minLength",params:{limit: 1},message:"must NOT have fewer than 1 characters"};
+if(data.registryAllow !== undefined){
+let data28 = data.registryAllow;
+if(Array.isArray(data28)){
+const len5 = data28.length;
+for(let i5=0; i5<len5; i5++){
+let data29 = data28[i5];
+if(typeof data29 === "string"){
+if(!pattern2.test(data29)){
+const err64 = {instancePath:instancePath+"/registryAllow/" + i5,schemaPath:"#/properties/registryAllow/items/pattern",keyword:"pattern",params:{pattern: "^(\\*\\.)?[A-Za-z0-9]([-A-Za-z0-9.]*[A-Za-z0-9])?(:[0-9]{1,5})?$|^\\[[0-9A-Fa-f:.]+\\](:[0-9]{1,5})?$"},message:"must match pattern \""+"^(\\*\\.)?[A-Za-z0-9]([-A-Za-z0-9.]*[A-Za-z0-9])?(:[0-9]{1,5})?$|^\\[[0-9A-Fa-f:.]+\\](:[0-9]{1,5})?$"+"\""};
 if(vErrors === null){
 vErrors = [err64];
 }
@@ -896,7 +901,7 @@ errors++;
 }
 }
 else {
-const err65 = {instancePath:instancePath+"/registryCaFile",schemaPath:"#/properties/registryCaFile/type",keyword:"type",params:{type: "string"},message:"must be string"};
+const err65 = {instancePath:instancePath+"/registryAllow/" + i5,schemaPath:"#/properties/registryAllow/items/type",keyword:"type",params:{type: "string"},message:"must be string"};
 if(vErrors === null){
 vErrors = [err65];
 }
@@ -906,11 +911,9 @@ vErrors.push(err65);
 errors++;
 }
 }
-if(data.reportFile !== undefined){
-let data29 = data.reportFile;
-if(typeof data29 === "string"){
-if(data29.length < 1){
-const err66 = {instancePath:instancePath+"/reportFile",schemaPath:"#/properties/reportFile/minLength",keyword:"minLength",params:{limit: 1},message:"must NOT have fewer than 1 characters"};
+}
+else {
+const err66 = {instancePath:instancePath+"/registryAllow",schemaPath:"#/properties/registryAllow/type",keyword:"type",params:{type: "array"},message:"must be array"};
 if(vErrors === null){
 vErrors = [err66];
 }
@@ -920,8 +923,11 @@ vErrors.push(err66);
 errors++;
 }
 }
-else {
-const err67 = {instancePath:instancePath+"/reportFile",schemaPath:"#/properties/reportFile/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(data.registryCaFile !== undefined){
+let data30 = data.registryCaFile;
+if(typeof data30 === "string"){
+if(data30.length < 1){
+const err67 = {instancePath:instancePath+"/registryCaFile",schemaPath:"#/properties/registryCaFile/minLength",keyword:"minLength",params:{limit: 1},message:"must NOT have fewer than 1 characters"};
 if(vErrors === null){
 vErrors = [err67];
 }
@@ -931,9 +937,8 @@ vErrors.push(err67);
 errors++;
 }
 }
-}
 else {
-const err68 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
+const err68 = {instancePath:instancePath+"/registryCaFile",schemaPath:"#/properties/registryCaFile/type",keyword:"type",params:{type: "string"},message:"must be string"};
 if(vErrors === null){
 vErrors = [err68];
 }
@@ -942,8 +947,45 @@ vErrors.push(err68);
 }
 errors++;
 }
+}
+if(data.reportFile !== undefined){
+let data31 = data.reportFile;
+if(typeof data31 === "string"){
+if(data31.length < 1){
+const err69 = {instancePath:instancePath+"/reportFile",schemaPath:"#/properties/reportFile/minLength",keyword:"minLength",params:{limit: 1},message:"must NOT have fewer than 1 characters"};
+if(vErrors === null){
+vErrors = [err69];
+}
+else {
+vErrors.push(err69);
+}
+errors++;
+}
+}
+else {
+const err70 = {instancePath:instancePath+"/reportFile",schemaPath:"#/properties/reportFile/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err70];
+}
+else {
+vErrors.push(err70);
+}
+errors++;
+}
+}
+}
+else {
+const err71 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(vErrors === null){
+vErrors = [err71];
+}
+else {
+vErrors.push(err71);
+}
+errors++;
+}
 validate10.errors = vErrors;
 return errors === 0;
 }
 
-export const KNOWN_KEYS = {"":["timeoutSeconds","pollIntervalSeconds","logIntervalSeconds","headroomMiB","defaultUtilization","onNvidiaSmiUnavailable","nvidiaSmiTimeoutSeconds","fastParse","containerNames","images","diagnosticsFile","registryLookup","registryPlatform","registryTimeoutSeconds","cacheDir","registryInsecure","registryCaFile","reportFile"],"/images/*":["repository","tag","entrypoint","cmd","digest","like"]};
+export const KNOWN_KEYS = {"":["timeoutSeconds","pollIntervalSeconds","logIntervalSeconds","headroomMiB","defaultUtilization","onNvidiaSmiUnavailable","nvidiaSmiTimeoutSeconds","fastParse","containerNames","images","diagnosticsFile","registryLookup","registryPlatform","registryTimeoutSeconds","cacheDir","registryInsecure","registryAllow","registryCaFile","reportFile"],"/images/*":["repository","tag","entrypoint","cmd","digest","like"]};

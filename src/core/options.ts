@@ -35,8 +35,10 @@ export interface Options {
   registryTimeoutSeconds: number;
   /** Where registry answers are cached (default: $XDG_CACHE_HOME/vram-preflight). */
   cacheDir?: string;
-  /** Registries (host[:port]) reached over plain HTTP or unverified TLS; loopback always may. */
+  /** Registries (host[:port]) reached over plain HTTP or unverified TLS; loopback always may (the CLI's lookups). */
   registryInsecure: string[];
+  /** Registries (host, host:port, *.domain) the webhook may look up besides the image table's and those the config names. */
+  registryAllow: string[];
   /** Extra CA certificates (PEM) trusted for registries. */
   registryCaFile?: string;
   /** Seconds one nvidia-smi query may take before the preflight counts it as unavailable (hung). */
@@ -58,6 +60,7 @@ export const DEFAULT_OPTIONS: Readonly<Options> = Object.freeze({
   registryPlatform: 'linux/amd64',
   registryTimeoutSeconds: 5,
   registryInsecure: [],
+  registryAllow: [],
   nvidiaSmiTimeoutSeconds: 10,
   fastParse: 'on',
 });

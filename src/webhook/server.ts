@@ -142,13 +142,13 @@ export interface Webhook {
 /**
  * The registries lookups may reach (src/registry/allow.ts): those the
  * built-in image table knows, those the config's images name (mirrors), the
- * insecure ones it lists; those named there (not the public ones) may be on
- * private addresses.
+ * insecure ones it lists, and registryAllow's; those named there exactly (not
+ * the public ones, not a *.domain) may be on private addresses.
  */
 export function registryPolicy(options: Options): RegistryPolicy {
   const known = new Set(KNOWN_IMAGES.map((row) => parseImage(row.repository).registry));
-  const named = new Set([...options.images.map((entry) => parseImage(entry.repository).registry), ...options.registryInsecure].filter((r) => !known.has(r)));
-  return { registries: [...known, ...named], privateRegistries: [...named] };
+  const named = new Set([...options.images.map((entry) => parseImage(entry.repository).registry), ...options.registryInsecure, ...options.registryAllow.filter((r) => !r.startsWith('*.'))].filter((r) => !known.has(r)));
+  return { registries: [...known, ...named, ...options.registryAllow.filter((r) => r.startsWith('*.'))], privateRegistries: [...named] };
 }
 
 /** The registry client's options: per request within the pod's budget; the whole lookup may run on after it, bounded, to fill the cache; only the registries of the policy. */

@@ -53,7 +53,11 @@ export class RawH2 {
   readonly done: Promise<void>;
   private pending = Buffer.alloc(0);
 
-  private constructor(readonly socket: tls.TLSSocket) {
+  /** `ack`: answers the server's SETTINGS (a client that has not sent its preface must not: those bytes would be a broken preface). */
+  private constructor(
+    readonly socket: tls.TLSSocket,
+    private readonly ack: boolean,
+  ) {
     this.done = new Promise((resolve) => socket.on('close', () => resolve()));
     socket.on('close', () => (this.closed = true));
     socket.on('error', () => {});
@@ -65,7 +69,7 @@ export class RawH2 {
         const f: Frame = { type: this.pending[3]!, flags: this.pending[4]!, stream: this.pending.readUInt32BE(5) & 0x7fffffff, payload: this.pending.subarray(9, 9 + length) };
         this.pending = this.pending.subarray(9 + length);
         this.frames.push(f);
-        if (f.type === FRAME.SETTINGS && !(f.flags & FLAG.ACK)) socket.write(frame(FRAME.SETTINGS, FLAG.ACK, 0));
+        if (this.ack && f.type === FRAME.SETTINGS && !(f.flags & FLAG.ACK)) socket.write(frame(FRAME.SETTINGS, FLAG.ACK, 0));
       }
     });
   }
@@ -75,7 +79,7 @@ export class RawH2 {
     return new Promise((resolve, reject) => {
       const socket = tls.connect({ host: '127.0.0.1', port, servername: 'localhost', ca: readFileSync(ca), ALPNProtocols: ['h2'] }, () => {
         if (preface) socket.write(Buffer.concat([PREFACE, frame(FRAME.SETTINGS, 0, 0)]));
-        resolve(new RawH2(socket));
+        resolve(new RawH2(socket, preface));
       });
       socket.once('error', reject);
     });

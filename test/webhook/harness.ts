@@ -29,8 +29,8 @@ export function tempDir(prefix: string): string {
 export interface Pki {
   dir: string;
   caCert: string;
-  /** Signs a new leaf for localhost/127.0.0.1; returns its cert and key paths. */
-  leaf(name: string): { cert: string; key: string };
+  /** Signs a new leaf for localhost/127.0.0.1 (a server's, or with `clientAuth` a client's); returns its cert and key paths. */
+  leaf(name: string, usage?: 'serverAuth' | 'clientAuth'): { cert: string; key: string };
 }
 
 export function makePki(dir: string): Pki {
@@ -42,12 +42,12 @@ export function makePki(dir: string): Pki {
   return {
     dir,
     caCert,
-    leaf(name) {
+    leaf(name, usage = 'serverAuth') {
       const key = path.join(dir, `${name}.key`);
       const csr = path.join(dir, `${name}.csr`);
       const cert = path.join(dir, `${name}.crt`);
       const ext = path.join(dir, `${name}.ext`);
-      writeFileSync(ext, 'subjectAltName=DNS:localhost,IP:127.0.0.1\nextendedKeyUsage=serverAuth\n');
+      writeFileSync(ext, `subjectAltName=DNS:localhost,IP:127.0.0.1\nextendedKeyUsage=${usage}\n`);
       execFileSync('openssl', ['req', '-new', ...ec, '-keyout', key, '-out', csr, '-subj', `/CN=${name}`], { stdio: 'pipe' });
       execFileSync('openssl', ['x509', '-req', '-in', csr, '-CA', caCert, '-CAkey', caKey, '-CAcreateserial', '-days', '2', '-extfile', ext, '-out', cert], { stdio: 'pipe' });
       return { cert, key };
@@ -122,6 +122,8 @@ export interface RequestOptions {
   path?: string;
   headers?: Record<string, string>;
   body?: string | Buffer;
+  /** A client certificate to present (the API server's, where the webhook asks for one). */
+  client?: { cert: string; key: string };
 }
 
 /** HTTP/1.1 over TLS; pass an agent to keep connections alive. */
@@ -134,6 +136,7 @@ export function h1(url: string, ca: string, options: RequestOptions = {}, agent?
         ca: readFileSync(ca),
         agent: agent ?? false,
         headers: { 'content-type': 'application/json', ...options.headers },
+        ...(options.client ? { cert: readFileSync(options.client.cert), key: readFileSync(options.client.key) } : {}),
         // As the API server's client offers it when it speaks HTTP/1.1.
         ...({ ALPNProtocols: ['http/1.1'] } as object),
       },
