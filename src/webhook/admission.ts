@@ -55,8 +55,8 @@ export interface AdmissionDependencies {
   readClaims?: (namespace: string, references: readonly ClaimReference[]) => Promise<ClaimReadResult>;
   /** Counts a limit that bit (metrics). */
   limitHit?: (limit: 'containers-per-pod' | 'claims-per-pod') => void;
-  /** Told, once the envelope is read, the answer for a decision that does not finish in time (./worker.ts). */
-  onReview?: (late: Admission) => void;
+  /** Told, once the envelope is read, how to answer should the decision not finish in time (./worker.ts; inline, nobody asks). */
+  onReview?: (late: () => Admission) => void;
 }
 
 /**
@@ -245,7 +245,7 @@ export async function admit(text: string, deps: AdmissionDependencies): Promise<
       log: { ...log, outcome: 'not-wrapped', ...(level ? { level } : {}), notWrapped: [{ container: '*', reason }] },
     });
 
-  deps.onReview?.(notWrapped(DECISION_LATE));
+  deps.onReview?.(() => notWrapped(DECISION_LATE));
   const spec = asObject(pod.spec);
   const containers = containerCount(spec);
   if (containers > MAX_CONTAINERS) {

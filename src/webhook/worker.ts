@@ -66,7 +66,7 @@ export function serveAdmissions(port: MessagePort): void {
           lookup: message.lookups ? (images) => ask<[string, unknown][]>({ type: 'lookup', id, images: [...images] }).then((entries) => new Map(entries) as RegistryAnswers) : undefined,
           readClaims: message.claims ? (namespace, references) => ask<ClaimReadResult>({ type: 'claims', id, namespace, references: [...references] }) : undefined,
           limitHit: (limit) => port.postMessage({ type: 'limit', id, limit }),
-          onReview: (fallback) => port.postMessage({ type: 'started', id, fallback }),
+          onReview: (late) => port.postMessage({ type: 'started', id, fallback: late() }),
         });
     void decided.then((admission) => port.postMessage({ type: 'done', id, admission }));
   });

@@ -110,6 +110,24 @@ async function tls12Accepted(port: number): Promise<string[]> {
   return accepted;
 }
 
+describe('HTTP/2 streams refused half-way are closed', () => {
+  it('a body that stops half-way gets 408 at the request deadline, and its stream is reset (CANCEL) after the answer, not left open until the idle timeout', async () => {
+    const session = h.h2session(child.url, pki.caCert);
+    const stream = session.session.request({ ':method': 'POST', ':path': '/mutate', 'content-type': 'application/json', 'content-length': String(2 * 1024 * 1024) });
+    stream.on('error', () => {});
+    stream.write(Buffer.alloc(1024 * 1024, 0x20));
+    const t0 = performance.now();
+    const status = new Promise<number>((resolve) => stream.on('response', (headers) => resolve(Number(headers[':status']))));
+    const closed = new Promise<number>((resolve) => stream.on('close', () => resolve(performance.now() - t0)));
+    expect(await status).toBe(408);
+    const ms = await Promise.race([closed, sleep(8000).then(() => -1)]);
+    expect(ms).toBeGreaterThan(0);
+    expect(ms).toBeLessThan(7000);
+    expect(stream.rstCode).toBe(8);
+    session.close();
+  }, 20_000);
+});
+
 describe('TLS (row 10)', () => {
   it('TLS 1.2 offers only ECDHE key exchange with AEAD ciphers, for an ECDSA and an RSA certificate', async () => {
     const ecdsa = await tls12Accepted(child.port);
