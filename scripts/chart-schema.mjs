@@ -113,7 +113,7 @@ const VALUES = {
   podLabels: labels('Labels of the webhook pods, besides the chart\'s.'),
   resources: object('Resources of the webhook container.', {
     requests: map('Requests, e.g. cpu: 50m, memory: 96Mi.', quantity, '^(cpu|memory|ephemeral-storage|hugepages-[0-9A-Za-z]+|[a-z0-9.-]+/[a-z0-9._-]+)$'),
-    limits: map('Limits, e.g. memory: 256Mi.', quantity, '^(cpu|memory|ephemeral-storage|hugepages-[0-9A-Za-z]+|[a-z0-9.-]+/[a-z0-9._-]+)$'),
+    limits: map('Limits, e.g. memory: 384Mi (its memory sizes the heap cap: webhook.heapMiB).', quantity, '^(cpu|memory|ephemeral-storage|hugepages-[0-9A-Za-z]+|[a-z0-9.-]+/[a-z0-9._-]+)$'),
   }),
   podDisruptionBudget: object('A PodDisruptionBudget for the webhook pods.', {
     enabled: bool('Create it.'),
