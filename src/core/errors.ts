@@ -18,6 +18,8 @@ export type ErrorCode =
   | 'BAD_CONFIG'
   | 'USAGE'
   | 'IO'
+  | 'KUBECONFIG'
+  | 'KUBERNETES_API'
   | 'INTERNAL';
 
 /** 1-based line and column in the whole input stream. */

@@ -8,7 +8,7 @@ export { applyPatch, jsonPointer, patchObject, pointerSegment, type JsonPatchOpe
 export { withLookups } from './lookups.js';
 export { asObject } from './decide/values.js';
 export type { Action, ContainerReport } from './decide/container.js';
-export { ANNOTATION_CONTAINERS, ANNOTATION_SKIP, ANNOTATION_UTILIZATION } from './decide/detect.js';
+export { ANNOTATION_CONTAINERS, ANNOTATION_NOT_WRAPPED, ANNOTATION_SKIP, ANNOTATION_UTILIZATION, ANNOTATION_WRAPPED } from './decide/detect.js';
 export type { ImageStartAnswer, LookupFailure, RegistryAnswers } from './decide/start.js';
 export { claimReferences, emptyDeviceClaims, recordDeviceClaim, type DeviceClaims } from './tables/gpu.js';
 export { DEFAULT_OPTIONS, type ImageStart, type Options, type RegistryLookupMode } from './options.js';

@@ -22,13 +22,11 @@
  */
 import type { Options } from '../core/options.js';
 import type { RegistryAnswers } from '../core/decide/start.js';
-import { asObject, claimReferences, patchObject, pointerSegment, withLookups, type JsonPatchOperation, type PatchResult } from '../core/index.js';
+import { ANNOTATION_NOT_WRAPPED, ANNOTATION_WRAPPED, asObject, claimReferences, patchObject, pointerSegment, withLookups, type JsonPatchOperation, type PatchResult } from '../core/index.js';
 import type { ClaimReadResult, ClaimReference } from './claims.js';
 import type { Outcome } from './metrics.js';
 import { base64Json } from './patch-encoding.js';
 
-export const ANNOTATION_WRAPPED = 'vram-preflight.io/wrapped';
-export const ANNOTATION_NOT_WRAPPED = 'vram-preflight.io/not-wrapped';
 const REVIEW_VERSION = 'admission.k8s.io/v1';
 
 export interface AdmissionDependencies {

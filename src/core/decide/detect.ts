@@ -12,6 +12,9 @@ import { isAsciiDigit } from '../char-classes.js';
 export const ANNOTATION_SKIP = 'vram-preflight.io/skip';
 export const ANNOTATION_CONTAINERS = 'vram-preflight.io/containers';
 export const ANNOTATION_UTILIZATION = 'vram-preflight.io/gpu-memory-utilization';
+/** Written by the webhook on a pod it admitted: the containers it wrapped; those it could not wrap, with why (`name: reason; …`). */
+export const ANNOTATION_WRAPPED = 'vram-preflight.io/wrapped';
+export const ANNOTATION_NOT_WRAPPED = 'vram-preflight.io/not-wrapped';
 
 const SHELLS = new Set(['sh', 'bash', 'dash', 'ash', 'zsh']);
 /** Programs that only exec the rest of their argv (an image's entrypoint script, init shims). */
