@@ -51,7 +51,7 @@ fi
 [ "$target" != fetch-node ] || exit 0
 version=$(node -p 'require("./package.json").version')
 out=${IMAGE_OUT:-dist/images/$image-$version.oci.tar}
-for f in dist/vram-preflight.cjs dist/vram-preflight.app.js dist/vram-preflight.webhook.cjs; do
+for f in dist/vram-preflight.cjs dist/vram-preflight.app.js dist/vram-preflight.webhook.cjs dist/vram-preflight.audit.cjs; do
   [ -f "$f" ] || { echo "build-image: no $f; run node scripts/build.mjs first" >&2; exit 1; }
 done
 
@@ -100,9 +100,13 @@ case $target in
 esac
 install -D -m 0755 dist/vram-preflight.cjs "$rootfs$app/vram-preflight.cjs"
 install -m 0644 dist/vram-preflight.app.js "$rootfs$app/vram-preflight.app.js"
-# The webhook's own bundle (src/cli/bin.ts requires it for `webhook`): only the
-# webhook image runs that command; the Argo CD sidecar renders only.
-[ "$target" != webhook ] || install -m 0644 dist/vram-preflight.webhook.cjs "$rootfs$app/vram-preflight.webhook.cjs"
+# The webhook's and the audit's own bundles (src/cli/bin.ts requires them for
+# `webhook` and `audit`): only the webhook image runs those commands (the chart's
+# audit CronJob runs `audit` in it); the Argo CD sidecar renders only.
+if [ "$target" = webhook ]; then
+  install -m 0644 dist/vram-preflight.webhook.cjs "$rootfs$app/vram-preflight.webhook.cjs"
+  install -m 0644 dist/vram-preflight.audit.cjs "$rootfs$app/vram-preflight.audit.cjs"
+fi
 
 # The V8 code cache, written next to the bundle by the image's own Node (the
 # directory is read-only at run time). V8 seeds its string hashes at random in

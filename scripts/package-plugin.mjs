@@ -6,8 +6,9 @@
 //     bin/node-version-guard.cjs     (the Node.js >= 20 check plugin.yaml loads first)
 //     dist/vram-preflight.cjs        (the launcher, 0755, and next to it the
 //     dist/vram-preflight.app.js      application it loads, 0644: the self-contained
-//     dist/vram-preflight.webhook.cjs bundle, and the webhook it requires for
-//                                     `vram-preflight webhook` only, 0644; the same
+//     dist/vram-preflight.webhook.cjs bundle, and the webhook and the audit it
+//     dist/vram-preflight.audit.cjs   requires for `vram-preflight webhook` and
+//                                     `vram-preflight audit` only, 0644; the same
 //                                     relative paths as in the npm package and in a
 //                                     built checkout, so one plugin.yaml serves all)
 //     src/report.schema.json         (the schema of `explain --output json`)
@@ -49,7 +50,7 @@ export const PLUGIN_NAME = 'vram-preflight';
  * THE one list: a companion of the bundle (e.g. a V8 code-cache file) is one
  * more entry here.
  */
-export const DIST_FILES = ['vram-preflight.cjs', 'vram-preflight.app.js', 'vram-preflight.webhook.cjs'];
+export const DIST_FILES = ['vram-preflight.cjs', 'vram-preflight.app.js', 'vram-preflight.webhook.cjs', 'vram-preflight.audit.cjs'];
 
 /** Repository files the plugin carries as they are (besides dist/ and the generated README). */
 // src/report.schema.json: the schema of `explain --output json`, at the same

@@ -52,6 +52,7 @@ Usage:
   vram-preflight explain [--output text|json] [options] < rendered.yaml
   vram-preflight resolve [options] IMAGE...     print config images entries read from the registry
   vram-preflight webhook --help                 the cluster-wide admission webhook (docs/webhook.md)
+  vram-preflight audit --help                   running vLLM containers that do not wait, why, the fix (docs/webhook.md)
   helm install NAME CHART --post-renderer vram-preflight [--post-renderer-args --timeout-seconds=600]
 
 Rewrites every container that starts vLLM on an NVIDIA GPU so that it waits

@@ -6,7 +6,7 @@
 import { copyFileSync, mkdirSync, readdirSync, readFileSync, statSync } from 'node:fs';
 import path from 'node:path';
 import { parse } from 'yaml';
-import { WEBHOOK_ONLY_MARKERS } from '../../scripts/build.mjs';
+import { AUDIT_ONLY_MARKERS, WEBHOOK_ONLY_MARKERS } from '../../scripts/build.mjs';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { buildArtifacts, ensureHelm, helm, helmEnv, helmOk, PACKAGE_VERSION, removeTempDirs, ROOT, run, tarEntries, tempDir, type Artifacts } from './helpers.js';
 
@@ -99,6 +99,28 @@ describe('bundle', () => {
     const vllm = readFileSync(path.join(ROOT, 'fixtures/real/vllm.input.yaml'), 'utf8');
     const out = run(process.execPath, [launcher], { env, cwd: dir, input: vllm });
     expect(out.status, out.stderr).toBe(0);
+  });
+
+  it('the audit is a file of its own too: the application holds none of its code, and it loads only for `audit`', () => {
+    const app = readFileSync(path.join(art.dist, 'vram-preflight.app.js'), 'latin1');
+    const audit = readFileSync(path.join(art.dist, 'vram-preflight.audit.cjs'), 'utf8');
+    for (const marker of AUDIT_ONLY_MARKERS) {
+      expect(audit, marker).toContain(marker);
+      expect(app, marker).not.toContain(marker);
+    }
+    const dir = tempDir('audit-file');
+    const launcher = path.join(dir, 'gate');
+    copyFileSync(art.bundle, launcher);
+    copyFileSync(path.join(art.dist, 'vram-preflight.app.js'), path.join(dir, 'vram-preflight.app.js'));
+    const env = { PATH: process.env.PATH, HOME: dir };
+    const missing = run(process.execPath, [launcher, 'audit', '--help'], { env, cwd: dir });
+    expect(missing.status).toBe(1);
+    expect(missing.stdout).toBe('');
+    expect(missing.stderr).toBe('vram-preflight: the audit is not part of this install (no vram-preflight.audit.cjs next to gate)\n');
+    copyFileSync(path.join(art.dist, 'vram-preflight.audit.cjs'), path.join(dir, 'vram-preflight.audit.cjs'));
+    const help = run(process.execPath, [launcher, 'audit', '--help'], { env, cwd: dir });
+    expect(help.status, help.stderr).toBe(0);
+    expect(help.stdout).toContain('vram-preflight audit [--namespace NS]');
   });
 
   it('fails with nothing on stdout and the message on stderr', () => {

@@ -259,12 +259,12 @@ describe('npm run release', () => {
     expect(ourSums!.trim()).toBe(`files:\n  ${ARCHIVE}: sha256:${sha256(path.join(out1, ARCHIVE))}`);
   });
 
-  it('the npm package (npm pack) holds the bundle, the Node.js check, plugin.yaml, both schemas, CHANGELOG, README and docs', () => {
+  it('the npm package (npm pack) holds the bundle, the Node.js check, plugin.yaml, the schemas, CHANGELOG, README and docs', () => {
     const entries = tarEntries(path.join(out1, NPM_TGZ)).filter((e) => e.type === '0');
     const names = entries.map((e) => e.name.replace(/^package\//, '')).sort();
     const docs = readdirSync(path.join(ROOT, 'docs')).map((d) => `docs/${d}`);
     expect(names).toEqual(
-      ['README.md', 'bin/node-version-guard.cjs', 'dist/vram-preflight.app.js', 'dist/vram-preflight.cjs', 'dist/vram-preflight.webhook.cjs', 'package.json', 'plugin.yaml', 'src/config.schema.json', 'src/report.schema.json', 'CHANGELOG.md', ...docs].sort(),
+      ['README.md', 'bin/node-version-guard.cjs', 'dist/vram-preflight.app.js', 'dist/vram-preflight.cjs', 'dist/vram-preflight.webhook.cjs', 'dist/vram-preflight.audit.cjs', 'package.json', 'plugin.yaml', 'src/audit.schema.json', 'src/config.schema.json', 'src/report.schema.json', 'CHANGELOG.md', ...docs].sort(),
     );
     const pluginBundle = tarEntries(path.join(out1, ARCHIVE)).find((e) => e.name === 'vram-preflight/dist/vram-preflight.cjs')!;
     const npmBundle = entries.find((e) => e.name === 'package/dist/vram-preflight.cjs')!;
@@ -288,7 +288,7 @@ describe('npm run release', () => {
     const entries = tarEntries(path.join(out1, ARGO_TGZ));
     const files = entries.filter((e) => e.type === '0');
     const committed = runOk('git', ['ls-files', 'deploy/argocd']).trim().split('\n').sort();
-    expect(files.map((e) => e.name).sort()).toEqual([...committed, 'dist/vram-preflight.cjs', 'dist/vram-preflight.app.js', 'dist/vram-preflight.webhook.cjs'].sort());
+    expect(files.map((e) => e.name).sort()).toEqual([...committed, 'dist/vram-preflight.cjs', 'dist/vram-preflight.app.js', 'dist/vram-preflight.webhook.cjs', 'dist/vram-preflight.audit.cjs'].sort());
     for (const e of files.filter((f) => f.name.startsWith('deploy/'))) {
       expect(e.data.equals(readFileSync(path.join(ROOT, e.name))), e.name).toBe(true);
     }

@@ -116,9 +116,9 @@ describe('the webhook image', () => {
   });
 
   it('holds Node, its libraries, the bundle and its code cache, and no shell', () => {
-    expect(readdirSync(path.join(rootfs, 'app')).sort()).toEqual(['vram-preflight.app.js', 'vram-preflight.cjs', 'vram-preflight.webhook.cjs', ...cacheFiles(path.join(rootfs, 'app'))].sort());
+    expect(readdirSync(path.join(rootfs, 'app')).sort()).toEqual(['vram-preflight.app.js', 'vram-preflight.audit.cjs', 'vram-preflight.cjs', 'vram-preflight.webhook.cjs', ...cacheFiles(path.join(rootfs, 'app'))].sort());
     expect(cacheFiles(path.join(rootfs, 'app'))).toHaveLength(1);
-    for (const f of ['vram-preflight.app.js', 'vram-preflight.webhook.cjs']) expect(readFileSync(path.join(rootfs, 'app', f))).toEqual(readFileSync(path.join(ROOT, 'dist', f)));
+    for (const f of ['vram-preflight.app.js', 'vram-preflight.webhook.cjs', 'vram-preflight.audit.cjs']) expect(readFileSync(path.join(rootfs, 'app', f))).toEqual(readFileSync(path.join(ROOT, 'dist', f)));
     for (const shell of ['bin/sh', 'usr/bin/sh', 'bin/bash', 'usr/bin/bash']) expect(statSync(path.join(rootfs, shell), { throwIfNoEntry: false }), shell).toBeUndefined();
   });
 
