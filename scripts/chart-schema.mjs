@@ -48,6 +48,22 @@ export function valuesSchema() {
       }),
       service: object({ port: { type: 'integer', minimum: 1, maximum: 65535 } }),
       podDisruptionBudget: object({ enabled: { type: 'boolean' } }),
+      // `vram-preflight audit` (templates/audit.yaml): the CronJob that runs it; its ClusterRole is always there.
+      audit: object(
+        {
+          cronJob: object(
+            {
+              enabled: { type: 'boolean' },
+              // Cron syntax (five fields) or a @macro, as the CronJob controller reads spec.schedule.
+              schedule: { type: 'string', pattern: '^(@(yearly|annually|monthly|weekly|daily|midnight|hourly)|(\\S+\\s+){4}\\S+)$' },
+              extraArgs: { type: 'array', items: { type: 'string', pattern: '^--[a-z]' } },
+              resources: object({ requests: { type: 'object' }, limits: { type: 'object' } }, { additionalProperties: false }),
+            },
+            { additionalProperties: false },
+          ),
+        },
+        { additionalProperties: false },
+      ),
     },
   };
 }

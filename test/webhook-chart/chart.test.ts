@@ -13,6 +13,7 @@ import { Ajv } from 'ajv';
 import { ClusterRole, ClusterRoleBinding } from 'kubernetes-models/rbac.authorization.k8s.io/v1';
 import { MutatingWebhookConfiguration } from 'kubernetes-models/admissionregistration.k8s.io/v1';
 import { Deployment } from 'kubernetes-models/apps/v1';
+import { CronJob } from 'kubernetes-models/batch/v1';
 import { PodDisruptionBudget } from 'kubernetes-models/policy/v1';
 import { ConfigMap, Secret, Service, ServiceAccount } from 'kubernetes-models/v1';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -61,6 +62,7 @@ const MODELS: Record<string, Model> = {
   'v1/Secret': Secret as unknown as Model,
   'v1/Service': Service as unknown as Model,
   'apps/v1/Deployment': Deployment as unknown as Model,
+  'batch/v1/CronJob': CronJob as unknown as Model,
   'policy/v1/PodDisruptionBudget': PodDisruptionBudget as unknown as Model,
   'rbac.authorization.k8s.io/v1/ClusterRole': ClusterRole as unknown as Model,
   'rbac.authorization.k8s.io/v1/ClusterRoleBinding': ClusterRoleBinding as unknown as Model,
@@ -145,6 +147,7 @@ describe.each(Object.keys(HELMS) as Helm[])('helm %s', (which) => {
       expect(all.map((o) => o.kind).sort()).toEqual(
         [
           'ClusterRole',
+          'ClusterRole',
           'ClusterRoleBinding',
           'ConfigMap',
           'Deployment',
@@ -226,10 +229,20 @@ describe.each(Object.keys(HELMS) as Helm[])('helm %s', (which) => {
     });
 
     it('may only get DRA claims and claim templates', () => {
-      expect(only(all, 'ClusterRole').rules).toEqual([{ apiGroups: ['resource.k8s.io'], resources: ['resourceclaims', 'resourceclaimtemplates'], verbs: ['get'] }]);
+      expect(only(all, 'ClusterRole', FULLNAME).rules).toEqual([{ apiGroups: ['resource.k8s.io'], resources: ['resourceclaims', 'resourceclaimtemplates'], verbs: ['get'] }]);
       const binding = only(all, 'ClusterRoleBinding');
       expect(binding.subjects).toEqual([{ kind: 'ServiceAccount', name: FULLNAME, namespace: NAMESPACE }]);
-      expect(binding.roleRef.name).toBe(only(all, 'ClusterRole').metadata.name);
+      expect(binding.roleRef.name).toBe(FULLNAME);
+    });
+
+    it('offers the audit a read-only ClusterRole, bound to nobody unless the CronJob is enabled', () => {
+      expect(only(all, 'ClusterRole', `${FULLNAME}-audit`).rules).toEqual([
+        { apiGroups: [''], resources: ['pods'], verbs: ['list'] },
+        { apiGroups: [''], resources: ['namespaces'], verbs: ['get', 'list'] },
+        { apiGroups: ['admissionregistration.k8s.io'], resources: ['mutatingwebhookconfigurations'], verbs: ['get', 'list'] },
+        { apiGroups: ['resource.k8s.io'], resources: ['resourceclaims', 'resourceclaimtemplates'], verbs: ['get'] },
+      ]);
+      expect(all.filter((o) => o.kind === 'CronJob')).toEqual([]);
     });
 
     if (certs === 'generated') {
@@ -263,6 +276,29 @@ describe.each(Object.keys(HELMS) as Helm[])('helm %s', (which) => {
         expect(only(all, 'Issuer', ca.spec.issuerRef.name).spec).toEqual({ selfSigned: {} });
       });
     }
+  });
+
+  it('runs the audit as a CronJob when asked: its own service account bound to the audit ClusterRole, the webhook\'s config, restricted, not retried', () => {
+    const all = template(which, ['audit.cronJob.enabled=true', 'audit.cronJob.schedule=@hourly', 'audit.cronJob.extraArgs={--output=json}']);
+    expectValid(all);
+    const cron = only(all, 'CronJob');
+    expect(cron.spec).toMatchObject({ schedule: '@hourly', concurrencyPolicy: 'Forbid', jobTemplate: { spec: { backoffLimit: 0 } } });
+    const pod = cron.spec.jobTemplate.spec.template.spec;
+    expect(pod.serviceAccountName).toBe(`${FULLNAME}-audit`);
+    expect(pod.restartPolicy).toBe('Never');
+    expect(pod.securityContext).toMatchObject({ runAsNonRoot: true, runAsUser: 65532, seccompProfile: { type: 'RuntimeDefault' } });
+    const container = pod.containers[0];
+    expect(container.image).toBe(only(all, 'Deployment').spec.template.spec.containers[0].image);
+    expect(container.args).toEqual(['audit', '--config=/etc/vram-preflight/config/config.yaml', '--cache-dir=/tmp/vram-preflight-cache', '--output=json']);
+    expect(container.securityContext).toMatchObject({ readOnlyRootFilesystem: true, allowPrivilegeEscalation: false, capabilities: { drop: ['ALL'] } });
+    expect(pod.volumes.find((v: { name: string }) => v.name === 'config').configMap.name).toBe(`${FULLNAME}-config`);
+    const binding = only(all, 'ClusterRoleBinding', `${FULLNAME}-audit`);
+    expect(binding.roleRef).toEqual({ apiGroup: 'rbac.authorization.k8s.io', kind: 'ClusterRole', name: `${FULLNAME}-audit` });
+    expect(binding.subjects).toEqual([{ kind: 'ServiceAccount', name: `${FULLNAME}-audit`, namespace: NAMESPACE }]);
+    expect(only(all, 'ServiceAccount', `${FULLNAME}-audit`).metadata.namespace).toBe(NAMESPACE);
+    const r = helm(which, ['template', RELEASE, CHART, '--set', 'audit.cronJob.schedule=every hour']);
+    expect(r.status).not.toBe(0);
+    expect(r.stderr).toMatch(/audit[./]cronJob[./]schedule/);
   });
 
   it('uses an existing cert-manager issuer instead of its own CA', () => {
