@@ -145,35 +145,49 @@ export async function auditCluster(client: KubernetesClient, settings: AuditSett
   const webhooks = webhookEntries(configurations, settings.webhookConfiguration);
   const namespaces = await readNamespaces(client, settings);
   const podsPath = settings.namespace === undefined ? '/api/v1/pods' : `/api/v1/namespaces/${encodeURIComponent(settings.namespace)}/pods`;
-  const pods = await call(`list pods${settings.namespace === undefined ? ' in all namespaces' : ` in namespace ${settings.namespace}`}`, () => client.list(podsPath, settings.chunkSize));
+  const listing = `list pods${settings.namespace === undefined ? ' in all namespaces' : ` in namespace ${settings.namespace}`}`;
 
   const claims = new Claims(client);
-  const pending: Pending[] = [];
+  const containers: AuditedContainer[] = [];
+  const classify = (decided: DecidedPod, namespace: string): void => void containers.push(...classifyPod(decided, namespaces.get(namespace), webhooks));
+  // Pods whose images only a registry can place wait for one lookup of all such images; the others are decided page by page.
+  const waiting: { pending: Pending; decided: DecidedPod }[] = [];
+  const seen = new Set<string>();
+  let podCount = 0;
   let finishedPods = 0;
-  for (const item of pods) {
-    const phase = asObject(item.status)?.phase;
-    if (phase === 'Succeeded' || phase === 'Failed') {
-      finishedPods++;
-      continue;
+  const pages = client.pages(podsPath, settings.chunkSize);
+  for (;;) {
+    const next = await call(listing, () => pages.next());
+    if (next.done) break;
+    for (const item of next.value) {
+      const metadata = asObject(item.metadata) ?? {};
+      // A full list after an expired continue token repeats the pods of the pages before.
+      if (typeof metadata.uid === 'string') {
+        if (seen.has(metadata.uid)) continue;
+        seen.add(metadata.uid);
+      }
+      const phase = asObject(item.status)?.phase;
+      if (phase === 'Succeeded' || phase === 'Failed') {
+        finishedPods++;
+        continue;
+      }
+      podCount++;
+      // A list's items carry no kind: the core reads this one as the Pod it is.
+      const pod: Plain = { ...item, apiVersion: 'v1', kind: 'Pod' };
+      const namespace = String(metadata.namespace ?? '');
+      const { claims: podClaims, claimFailures } = await claims.forPod(pod, namespace);
+      const pending: Pending = { pod, namespace, claims: podClaims, claimFailures, optedOutByAnnotation: asObject(metadata.annotations)?.[ANNOTATION_SKIP] === 'true' };
+      const decided = decide(pending, settings.options);
+      if (wantedBy(decided).length > 0) waiting.push({ pending, decided });
+      else classify(decided, namespace);
     }
-    // A list's items carry no kind: the core reads this one as the Pod it is.
-    const pod: Plain = { ...item, apiVersion: 'v1', kind: 'Pod' };
-    const metadata = asObject(pod.metadata) ?? {};
-    const namespace = String(metadata.namespace ?? '');
-    const { claims: podClaims, claimFailures } = await claims.forPod(pod, namespace);
-    pending.push({ pod, namespace, claims: podClaims, claimFailures, optedOutByAnnotation: asObject(metadata.annotations)?.[ANNOTATION_SKIP] === 'true' });
   }
 
-  // Once without registry answers; the images only a registry can place are looked up together, once.
-  let decided = pending.map((p) => decide(p, settings.options));
-  const wanted = [...new Set(decided.flatMap(wantedBy))].sort();
-  if (wanted.length > 0 && settings.options.registryLookup !== 'never' && settings.lookup) {
-    const answers = await settings.lookup(wanted);
-    decided = decided.map((d, i) => (wantedBy(d).length > 0 ? decide(pending[i]!, settings.options, answers) : d));
-  }
+  const wanted = [...new Set(waiting.flatMap(({ decided }) => wantedBy(decided)))].sort();
+  const answers = wanted.length > 0 && settings.options.registryLookup !== 'never' && settings.lookup ? await settings.lookup(wanted) : undefined;
+  for (const { pending, decided } of waiting) classify(answers ? decide(pending, settings.options, answers) : decided, pending.namespace);
 
-  const containers = decided.flatMap((d, i) => classifyPod(d, namespaces.get(pending[i]!.namespace), webhooks));
+  // Sorted by namespace and pod; a pod's containers keep their order (the sort is stable).
   containers.sort((a, b) => (a.namespace !== b.namespace ? (a.namespace < b.namespace ? -1 : 1) : a.pod !== b.pod ? (a.pod < b.pod ? -1 : 1) : 0));
-  return { namespace: settings.namespace, webhookConfiguration: settings.webhookConfiguration, webhooks, pods: pending.length, finishedPods, containers };
+  return { namespace: settings.namespace, webhookConfiguration: settings.webhookConfiguration, webhooks, pods: podCount, finishedPods, containers };
 }
-

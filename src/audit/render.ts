@@ -80,7 +80,8 @@ export function renderText(result: AuditResult, target: AuditTarget): string {
     out.push('', `${title} (${list.length}):`);
     for (const c of list) {
       out.push(`  ${describe(c)}`, `    why: ${line(c.why.detail)}`);
-      if (withFix && c.fix !== undefined) out.push(`    fix: ${line(c.fix)}`);
+      // A fix's own line breaks (a config entry to paste) are its layout; anything else from the cluster is escaped.
+      if (withFix && c.fix !== undefined) out.push(`    fix: ${c.fix.split('\n').map(line).join('\n         ')}`);
     }
   };
   section('NOT PROTECTED: vLLM starts without waiting for GPU memory', 'unprotected', true);

@@ -43,6 +43,8 @@ export interface ClientSettings {
 
 const DEFAULT_MAX_BODY = 256 << 20;
 
+const itemsOf = (list: Plain): Plain[] => (Array.isArray(list.items) ? list.items : []).map((item) => asObject(item) ?? {});
+
 /** Why a connection failed, in words, for the Node error codes an operator meets. */
 const CONNECT_WHY: Record<string, string> = {
   ECONNREFUSED: 'nothing listens there',
@@ -75,12 +77,13 @@ export class KubernetesClient {
   }
 
   /**
-   * Every item of a collection, `limit` at a time. A continue token that
-   * expired while the pages were read (410 Expired: the list changed beyond
-   * what etcd keeps) starts over with one full list, as client-go's pager does.
+   * A collection's items, `limit` at a time, page by page (so that a caller
+   * holds one page, not the whole cluster). A continue token that expired
+   * while the pages were read (410 Expired: the list changed beyond what etcd
+   * keeps) is followed by one full list, as client-go's pager does: items of
+   * the pages before come again in it (tell them apart by metadata.uid).
    */
-  async list(path: string, limit: number): Promise<Plain[]> {
-    const items: Plain[] = [];
+  async *pages(path: string, limit: number): AsyncGenerator<Plain[]> {
     let next: string | undefined;
     for (;;) {
       const query = new URLSearchParams({ limit: String(limit), ...(next !== undefined && { continue: next }) });
@@ -89,16 +92,31 @@ export class KubernetesClient {
         page = await this.get(`${path}${path.includes('?') ? '&' : '?'}${query}`);
       } catch (error) {
         if (next !== undefined && error instanceof KubernetesApiError && error.status === 410) {
-          const whole = await this.get(path);
-          return (Array.isArray(whole.items) ? whole.items : []).map((item) => asObject(item) ?? {});
+          yield itemsOf(await this.get(path));
+          return;
         }
         throw error;
       }
-      for (const item of Array.isArray(page.items) ? page.items : []) items.push(asObject(item) ?? {});
+      yield itemsOf(page);
       const token = asObject(page.metadata)?.continue;
-      if (typeof token !== 'string' || token === '') return items;
+      if (typeof token !== 'string' || token === '') return;
       next = token;
     }
+  }
+
+  /** Every item of a collection (for small ones: webhook configurations, namespaces). */
+  async list(path: string, limit: number): Promise<Plain[]> {
+    const items: Plain[] = [];
+    const seen = new Set<string>();
+    for await (const page of this.pages(path, limit)) {
+      for (const item of page) {
+        const uid = asObject(item.metadata)?.uid;
+        if (typeof uid === 'string' && seen.has(uid)) continue;
+        if (typeof uid === 'string') seen.add(uid);
+        items.push(item);
+      }
+    }
+    return items;
   }
 
   private async credentialNow(refresh: boolean): Promise<ExecCredential | undefined> {
