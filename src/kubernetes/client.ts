@@ -207,7 +207,10 @@ export class KubernetesClient {
       req.on('timeout', () => req.destroy(Object.assign(new Error(`no answer within ${timeoutMs / 1000} s`), { code: 'ETIMEDOUT' })));
       req.on('error', (error: NodeJS.ErrnoException) => {
         const why = error.code ? CONNECT_WHY[error.code] : undefined;
-        reject(new PreflightError('KUBERNETES_API', `cannot reach the Kubernetes API at ${this.connection.server} (${this.connection.origin}): ${error.code ?? ''}${error.code ? ' ' : ''}${why ?? error.message}`, {
+        // kubectl would go through a proxy named in the environment; this client connects directly.
+        const env = this.settings.env;
+        const proxy = env.HTTPS_PROXY || env.https_proxy ? '; HTTPS_PROXY is set, and vram-preflight audit connects directly, without a proxy' : '';
+        reject(new PreflightError('KUBERNETES_API', `cannot reach the Kubernetes API at ${this.connection.server} (${this.connection.origin}): ${error.code ?? ''}${error.code ? ' ' : ''}${why ?? error.message}${proxy}`, {
           fix: 'check that the cluster is reachable from here with the same kubeconfig (kubectl get --raw /version)',
         }));
       });

@@ -255,10 +255,10 @@ function fromKubeconfig(loaded: Loaded, request: ConnectionRequest): Connection 
   const u = user.value;
   const authProvider = asObject(u['auth-provider']);
   if (authProvider) {
-    throw configError(
-      `user "${userName}" authenticates with the auth-provider "${String(authProvider.name)}", which kubectl itself no longer supports (removed in Kubernetes 1.26)`,
-      'use its exec credential plugin: gke-gcloud-auth-plugin for GKE, kubelogin for Azure and OIDC (kubectl oidc-login), aws eks get-token for EKS',
-    );
+    const name = String(authProvider.name);
+    // gcp and azure left kubectl in Kubernetes 1.26 (kubernetes/kubernetes#102181); oidc remains in client-go, not here.
+    const why = name === 'gcp' || name === 'azure' ? 'which kubectl itself no longer supports (removed in Kubernetes 1.26)' : 'which vram-preflight audit does not support (it runs exec credential plugins only)';
+    throw configError(`user "${userName}" authenticates with the auth-provider "${name}", ${why}`, 'use its exec credential plugin: gke-gcloud-auth-plugin for GKE, kubelogin for Azure (kubelogin convert-kubeconfig), kubelogin (kubectl oidc-login) for OIDC, aws eks get-token for EKS');
   }
   if ((typeof u.username === 'string' && u.username !== '') || (typeof u.password === 'string' && u.password !== '')) {
     throw configError(`user "${userName}" authenticates with a username and password (basic auth), which the Kubernetes API server no longer accepts (removed in 1.19)`, 'use a client certificate, a token or an exec credential plugin');

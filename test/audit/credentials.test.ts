@@ -178,6 +178,7 @@ describe('kubeconfig', () => {
     const gke = audit(['--kubeconfig', kubeconfig(dir, [{ name: 'g', cluster: server(), user: { 'auth-provider': { name: 'gcp', config: { 'cmd-path': 'gcloud' } } } }], 'g', 'gke')], {});
     expectRefused(gke, 'error KUBECONFIG: user "g" authenticates with the auth-provider "gcp", which kubectl itself no longer supports (removed in Kubernetes 1.26)');
     expect(gke.stderr).toContain('fix: use its exec credential plugin: gke-gcloud-auth-plugin for GKE');
+    expectRefused(audit(['--kubeconfig', kubeconfig(dir, [{ name: 'o', cluster: server(), user: { 'auth-provider': { name: 'oidc', config: { 'idp-issuer-url': 'https://issuer.example' } } } }], 'o', 'oidc')], {}), 'error KUBECONFIG: user "o" authenticates with the auth-provider "oidc", which vram-preflight audit does not support (it runs exec credential plugins only)');
     expectRefused(audit(['--kubeconfig', kubeconfig(dir, [{ name: 'b', cluster: server(), user: { username: 'u', password: 'p' } }], 'b', 'basic')], {}), 'authenticates with a username and password (basic auth)');
     expectRefused(audit(['--kubeconfig', kubeconfig(dir, [{ name: 'p', cluster: { ...server(), 'proxy-url': 'http://proxy:3128' }, user: { token } }], 'p', 'proxied')], {}), 'is reached through proxy-url http://proxy:3128, which vram-preflight audit does not support');
   });
