@@ -23,6 +23,9 @@ cache="$root/.cache/cluster"
 bin="$cache/bin"
 state="$cache/state"
 export GOTOOLCHAIN=local GOFLAGS=-mod=mod
+# The Services' range: RFC 5737 TEST-NET-2, reserved for documentation and never
+# routed; the first of its addresses is the API server's own Service, kubernetes.
+service_net=198.51.100
 
 # The release built: the version of k8s.io/kubernetes that go.mod requires.
 k8s_version() { sed -n 's/^[[:space:]]*k8s\.io\/kubernetes \(v[0-9.]*\)\([[:space:]].*\)\{0,1\}$/\1/p' "$module/go.mod" | head -n 1; }
@@ -31,25 +34,26 @@ log() { echo "cluster: $*" >&2; }
 
 build() {
   command -v go >/dev/null || { log "needs Go 1.26 (https://go.dev/dl) on PATH"; exit 1; }
-  local version stamp want
+  local version
   version=$(k8s_version)
   [ -n "$version" ] || { log "cannot read the k8s.io/kubernetes version from $module/go.mod"; exit 1; }
-  # The binaries are kept while go.mod, go.sum, Go and this script are the same.
-  want=$(cat "$module/go.mod" "$module/go.sum" "$0" <(go version) | sha256sum | cut -c1-16)
-  stamp="$bin/.stamp"
-  if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ] &&
-    [ -x "$bin/etcd" ] && [ -x "$bin/kube-apiserver" ] && [ -x "$bin/kube-controller-manager" ] && [ -x "$bin/kubectl" ]; then
-    return 0
-  fi
   local minor=${version#v1.}
   minor=${minor%%.*}
   # As Kubernetes' own release builds: static, stripped, trimmed paths, and the
   # version stamped in (kubectl and /version read it).
-  local ldflags="-s -w -X k8s.io/component-base/version.gitVersion=$version -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=$minor -X k8s.io/component-base/version.gitTreeState=clean -X k8s.io/client-go/pkg/version.gitVersion=$version"
+  local tags=selinux,notest
+  local ldflags="-s -w -X k8s.io/component-base/version.gitVersion=$version -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=$minor -X k8s.io/component-base/version.gitTreeState=clean"
+  # The binaries are kept while go.mod, go.sum, Go and the build's flags are the same.
+  local want stamp="$bin/.stamp"
+  want=$(cat "$module/go.mod" "$module/go.sum" <(go version) <(echo "$tags $ldflags") | sha256sum | cut -c1-16)
+  if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ] &&
+    [ -x "$bin/etcd" ] && [ -x "$bin/kube-apiserver" ] && [ -x "$bin/kube-controller-manager" ] && [ -x "$bin/kubectl" ]; then
+    return 0
+  fi
   local started=$SECONDS
   mkdir -p "$bin"
-  log "building kube-apiserver, kube-controller-manager, kubectl $version and etcd from Go modules (first time: several minutes)"
-  (cd "$module" && CGO_ENABLED=0 go build -trimpath -tags selinux,notest -ldflags "$ldflags" -o "$bin/" \
+  log "building kube-apiserver, kube-controller-manager, kubectl $version and etcd from Go modules (the first build takes ~8 min on 2 cores; later ones reuse Go's caches)"
+  (cd "$module" && CGO_ENABLED=0 go build -trimpath -tags "$tags" -ldflags "$ldflags" -o "$bin/" \
     k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager k8s.io/kubernetes/cmd/kubectl)
   # etcd's module root is its main package: -o names the binary (else "v3").
   (cd "$module" && CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o "$bin/etcd" go.etcd.io/etcd/server/v3)
@@ -69,6 +73,8 @@ read_state() {
 }
 
 alive() { [ -n "${1:-}" ] && kill -0 "$1" 2>/dev/null; }
+
+etcd_healthy() { curl -fsS --max-time 1 -o /dev/null "http://127.0.0.1:$1/health" 2>/dev/null; }
 
 ready() { # <dir> <port>
   curl -fsS --max-time 2 --cacert "$1/pki/ca.crt" --cert "$1/pki/admin.crt" --key "$1/pki/admin.key" \
@@ -100,7 +106,7 @@ pki() { # <dir>
     openssl x509 -req -in "$p/$1.csr" -CA "$p/ca.crt" -CAkey "$p/ca.key" -CAcreateserial -days 7 \
       -extfile "$p/$1.ext" -out "$p/$1.crt" 2>/dev/null
   }
-  sign apiserver /CN=kube-apiserver "subjectAltName=IP:127.0.0.1,DNS:localhost,DNS:kubernetes.default.svc
+  sign apiserver /CN=kube-apiserver "subjectAltName=IP:127.0.0.1,IP:$service_net.1,DNS:localhost,DNS:kubernetes.default.svc
 extendedKeyUsage=serverAuth"
   # system:masters: the admin bypasses RBAC (tests make their own, narrower, identities).
   sign admin "/O=system:masters/CN=vram-preflight-test-admin" "extendedKeyUsage=clientAuth"
@@ -146,6 +152,10 @@ up() {
   [ -f "$state" ] && down
   build
   command -v openssl >/dev/null || { log "needs openssl"; exit 1; }
+  if command -v ip >/dev/null && { ip -o addr; ip route; } | grep -q "$service_net\."; then
+    log "this machine's network already uses $service_net.0/24, the range the test cluster gives Services"
+    exit 1
+  fi
   local dir etcd_port peer_port api_port started=$SECONDS
   dir=$(mktemp -d "${TMPDIR:-/tmp}/vram-preflight-cluster.XXXXXX")
   pki "$dir"
@@ -165,8 +175,11 @@ up() {
     --initial-cluster "test=http://127.0.0.1:$peer_port" --listen-metrics-urls "" \
     --unsafe-no-fsync --quota-backend-bytes 4294967296)
   echo "ETCD_PID=$etcd_pid" >>"$state"
-  wait_for 30 "$dir/etcd.log" etcd curl -fsS --max-time 1 "http://127.0.0.1:$etcd_port/health" >/dev/null
+  wait_for 30 "$dir/etcd.log" etcd etcd_healthy "$etcd_port"
 
+  # Services get addresses of RFC 5737's TEST-NET-2 (never routed): the tests'
+  # own kube-proxy (test/apiserver/kube-proxy.ts) puts them on a dummy interface
+  # of this machine and forwards them to the pods' endpoints.
   # Every request body logged at Metadata level: the fail-open tests read the
   # failed-open.mutation.webhook.admission.k8s.io annotations from it.
   printf 'apiVersion: audit.k8s.io/v1\nkind: Policy\nomitStages: [RequestReceived]\nrules:\n- level: Metadata\n  resources: [{group: "", resources: [pods]}]\n- level: None\n' >"$dir/audit-policy.yaml"
@@ -179,7 +192,7 @@ up() {
     --client-ca-file "$p/ca.crt" \
     --service-account-issuer "https://127.0.0.1:$api_port" \
     --service-account-key-file "$p/sa.pub" --service-account-signing-key-file "$p/sa.key" \
-    --service-cluster-ip-range 10.0.0.0/24 \
+    --service-cluster-ip-range "$service_net.0/24" \
     --authorization-mode RBAC \
     --allow-privileged=true \
     --profiling=false \
