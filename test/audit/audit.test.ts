@@ -10,19 +10,19 @@
  * read as the admin and as a service account bound to the chart's audit
  * ClusterRole through in-cluster credentials.
  */
-import { spawnSync } from 'node:child_process';
 import { readFileSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { Ajv } from 'ajv';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { parseAllDocuments, stringify } from 'yaml';
-import { apiAuditEvents, bundle, cluster, HELM, kubectl, removeTempDirs, ROOT, runBundle, sleep, tempDir, waitFor, type Cluster, type Run } from './harness.js';
+import { stringify } from 'yaml';
+import { auditEvents, bundle, chartWebhookConfiguration, cluster, kubectl, kubectlOk, namespace, renderChart, removeTempDirs, ROOT, runBundle, sleep, tempDir, waitFor, type Cluster, type Run } from './harness.js';
 
 const id = `${process.pid.toString(36)}${Date.now().toString(36).slice(-5)}`;
 const NS = { ml: `audit-${id}-ml`, off: `audit-${id}-off`, excl: `audit-${id}-excl`, quiet: `audit-${id}-quiet` };
 const MWC = `vram-preflight-audit-${id}`;
-/** The namespace label value the test's webhook configuration selects (another test's webhook selects none of ours). */
-const INJECT = `audit-${id}`;
+/** The suite label this file's webhook configuration requires besides the chart's (test/apiserver/harness.ts): no other file's webhook selects these namespaces. */
+const SUITE = `audit-${id}`;
+const SELECTED = { 'vram-preflight.io/inject': 'enabled', 'vram-preflight.test/suite': SUITE };
 const ROLE = `vram-preflight-audit-${id}`;
 
 type K8s = Record<string, any>;
@@ -71,79 +71,60 @@ function byPod(report: K8s): any {
   return Object.fromEntries(report.containers.map((entry: K8s) => [`${entry.owner?.kind === 'ReplicaSet' ? 'served' : entry.pod}/${entry.container}`, entry]));
 }
 
-async function waitForServiceAccount(namespace: string): Promise<void> {
-  await waitFor(`the default service account of ${namespace}`, () => kubectl(c, ['-n', namespace, 'get', 'serviceaccount', 'default', '-o', 'name'], undefined, true).status === 0);
-}
-
-/** The chart's objects, rendered by the real helm. */
-function chartObjects(values: string[]): K8s[] {
-  const r = helm(['template', 'audit', path.join(ROOT, 'deploy/webhook'), '--namespace', 'vram-preflight', ...values.flatMap((v) => ['--set', v])]);
-  return parseAllDocuments(r).map((d) => d.toJS() as K8s).filter(Boolean);
-}
-function helm(args: string[]): string {
-  const home = tempDir('helm-home');
-  const r = spawnSync(HELM, args, { encoding: 'utf8', env: { PATH: process.env.PATH, HOME: home, HELM_CACHE_HOME: `${home}/c`, HELM_CONFIG_HOME: `${home}/f`, HELM_DATA_HOME: `${home}/d` } });
-  if (r.status !== 0) throw new Error(`helm ${args.join(' ')}: ${r.stderr}`);
-  return r.stdout;
-}
+/** The chart's audit ClusterRole, as helm renders it. */
+const auditRole = (): K8s => renderChart('audit', 'vram-preflight').find((o) => o.kind === 'ClusterRole' && o.metadata.name === 'audit-vram-preflight-webhook-audit')!;
 
 /** A service account's token and the cluster's CA, laid out as the kubelet mounts them in a pod. */
 function credentialsDir(serviceAccount: string): string {
-  const token = kubectl(c, ['-n', NS.ml, 'create', 'token', serviceAccount, '--duration=1h']).stdout.trim();
+  const token = kubectlOk(['-n', NS.ml, 'create', 'token', serviceAccount, '--duration=1h']).trim();
   const dir = tempDir(`sa-${serviceAccount}`);
   writeFileSync(path.join(dir, 'token'), token);
   writeFileSync(path.join(dir, 'ca.crt'), readFileSync(path.join(c.dir, 'pki/ca.crt')));
   writeFileSync(path.join(dir, 'namespace'), NS.ml);
   return dir;
 }
-const inCluster = (): Record<string, string> => ({ HOME: tempDir('pod-home'), KUBERNETES_SERVICE_HOST: '127.0.0.1', KUBERNETES_SERVICE_PORT: c.port });
+const inCluster = (): Record<string, string> => ({ HOME: tempDir('pod-home'), KUBERNETES_SERVICE_HOST: '127.0.0.1', KUBERNETES_SERVICE_PORT: new URL(c.api).port });
 
 beforeAll(async () => {
   c = cluster();
   file = bundle();
   env = { KUBECONFIG: c.kubeconfig, HOME: tempDir('home') };
+  expect(new URL(c.api).port).toMatch(/^\d+$/);
 
-  kubectl(c, ['apply', '-f', '-'], yamlOf([
-    { apiVersion: 'v1', kind: 'Namespace', metadata: { name: NS.ml, labels: { 'vram-preflight.io/inject': INJECT } } },
-    { apiVersion: 'v1', kind: 'Namespace', metadata: { name: NS.off } },
-    { apiVersion: 'v1', kind: 'Namespace', metadata: { name: NS.excl, labels: { 'vram-preflight.io/inject': INJECT } } },
-    { apiVersion: 'v1', kind: 'Namespace', metadata: { name: NS.quiet, labels: { 'vram-preflight.io/inject': INJECT } } },
-  ]));
-  for (const namespace of Object.values(NS)) await waitForServiceAccount(namespace);
+  await namespace(NS.ml, SELECTED);
+  // Opted in to this suite, but not to the webhook.
+  await namespace(NS.off, { 'vram-preflight.test/suite': SUITE });
+  await namespace(NS.excl, SELECTED);
+  await namespace(NS.quiet, SELECTED);
 
   // Created before the webhook configuration exists: no webhook saw it.
-  kubectl(c, ['create', '-f', '-'], yamlOf([pod(NS.ml, 'early', [vllmContainer()])]));
+  kubectlOk(['create', '-f', '-'], { input: yamlOf([pod(NS.ml, 'early', [vllmContainer()])]) });
   // creationTimestamp has whole seconds: the configuration comes in a later one.
   await sleep(1100 - (Date.now() % 1000));
 
   // The chart's MutatingWebhookConfiguration (its rules, selectors, failurePolicy Ignore, namespace exclusions),
   // sent to a port where nothing listens, and selecting only this test's namespaces.
-  const mwc = chartObjects([`webhook.excludeNamespaces={${NS.excl}}`]).find((o) => o.kind === 'MutatingWebhookConfiguration')!;
-  mwc.metadata = { name: MWC };
-  const hook = mwc.webhooks[0];
-  hook.clientConfig = { url: 'https://127.0.0.1:1/mutate' };
-  expect(hook.failurePolicy).toBe('Ignore');
-  const inject = hook.namespaceSelector.matchExpressions.find((e: K8s) => e.key === 'vram-preflight.io/inject');
-  inject.values = [INJECT];
-  kubectl(c, ['create', '-f', '-'], JSON.stringify(mwc));
+  const mwc = chartWebhookConfiguration(MWC, SUITE, 'https://127.0.0.1:1', c.caCert, { values: [`webhook.excludeNamespaces={${NS.excl}}`] });
+  expect(mwc.webhooks[0].failurePolicy).toBe('Ignore');
+  kubectlOk(['create', '-f', '-'], { input: JSON.stringify(mwc) });
   // In effect once the API server calls it: a dry-run pod's admission fails open.
   let probe = 0;
   await waitFor('the webhook configuration to be in effect', () => {
     const name = `probe-${++probe}`;
-    kubectl(c, ['-n', NS.ml, 'run', name, '--image=busybox', '--dry-run=server', '-o', 'name']);
-    return apiAuditEvents(c).some((e) => e.objectRef?.name === name && e.annotations?.['failed-open.mutation.webhook.admission.k8s.io/round_0_index_0'] === 'pods.vram-preflight.io');
+    kubectlOk(['-n', NS.ml, 'run', name, '--image=busybox', '--dry-run=server', '-o', 'name']);
+    return auditEvents().events.some((e) => e.objectRef?.name === name && e.annotations?.['failed-open.mutation.webhook.admission.k8s.io/round_0_index_0'] === 'pods.vram-preflight.io');
   });
 
   const model = vllmContainer();
-  kubectl(c, ['apply', '-f', '-'], yamlOf([
+  kubectlOk(['apply', '-f', '-'], { input: yamlOf([
     {
       apiVersion: 'resource.k8s.io/v1',
       kind: 'ResourceClaimTemplate',
       metadata: { name: 'gpu', namespace: NS.ml },
       spec: { spec: { devices: { requests: [{ name: 'gpu', exactly: { deviceClassName: 'gpu.nvidia.com' } }] } } },
     },
-  ]));
-  kubectl(c, ['create', '-f', '-'], yamlOf([
+  ]) });
+  kubectlOk(['create', '-f', '-'], { input: yamlOf([
     // Admitted while the webhook was down (every call fails; failurePolicy Ignore).
     pod(NS.ml, 'down', [model, sidecar]),
     // The webhook refused it, and said why on the pod (src/webhook/admission.ts writes this annotation).
@@ -166,29 +147,29 @@ beforeAll(async () => {
       metadata: { name: 'served', namespace: NS.ml },
       spec: { replicas: 1, selector: { matchLabels: { app: 'served' } }, template: { metadata: { labels: { app: 'served' } }, spec: { containers: [model] } } },
     },
-  ]));
+  ]) });
   // Wrapped by the post-renderer at render time.
-  kubectl(c, ['create', '-f', '-'], postRendered([pod(NS.ml, 'wrapped', [model]), pod(NS.quiet, 'wrapped', [model, sidecar])]));
+  kubectlOk(['create', '-f', '-'], { input: postRendered([pod(NS.ml, 'wrapped', [model]), pod(NS.quiet, 'wrapped', [model, sidecar])]) });
   // A finished pod (no kubelet here: its status is written as a kubelet would).
-  kubectl(c, ['-n', NS.ml, 'patch', 'pod', 'done', '--subresource=status', '--type=merge', '-p', '{"status":{"phase":"Succeeded"}}']);
-  await waitFor("the Deployment's pod", () => kubectl(c, ['-n', NS.ml, 'get', 'pods', '-l', 'app=served', '-o', 'name']).stdout.trim() !== '');
+  kubectlOk(['-n', NS.ml, 'patch', 'pod', 'done', '--subresource=status', '--type=merge', '-p', '{"status":{"phase":"Succeeded"}}']);
+  await waitFor("the Deployment's pod", () => kubectlOk(['-n', NS.ml, 'get', 'pods', '-l', 'app=served', '-o', 'name']).trim() !== '');
 }, 600_000);
 
 afterAll(() => {
   if (c) {
-    kubectl(c, ['delete', 'namespace', ...Object.values(NS), '--wait=false', '--ignore-not-found'], undefined, true);
-    kubectl(c, ['delete', 'mutatingwebhookconfiguration', MWC, '--ignore-not-found'], undefined, true);
-    kubectl(c, ['delete', 'clusterrole,clusterrolebinding', '-l', `vram-preflight-audit-test=${id}`, '--ignore-not-found'], undefined, true);
+    kubectl(['delete', 'namespace', ...Object.values(NS), '--wait=false', '--ignore-not-found']);
+    kubectl(['delete', 'mutatingwebhookconfiguration', MWC, '--ignore-not-found']);
+    kubectl(['delete', 'clusterrole,clusterrolebinding', '-l', `vram-preflight-audit-test=${id}`, '--ignore-not-found']);
   }
   removeTempDirs();
 });
 
 describe('vram-preflight audit against a real API server', () => {
   it('the pod admitted while the webhook was down was admitted by the API server failing open', () => {
-    const created = apiAuditEvents(c).find((e) => e.verb === 'create' && e.objectRef?.resource === 'pods' && e.objectRef?.namespace === NS.ml && e.objectRef?.name === 'down' && e.stage === 'ResponseComplete');
+    const created = auditEvents().events.find((e) => e.verb === 'create' && e.objectRef?.resource === 'pods' && e.objectRef?.namespace === NS.ml && e.objectRef?.name === 'down' && e.stage === 'ResponseComplete');
     expect(created?.responseStatus?.code).toBe(201);
     expect(created?.annotations?.['failed-open.mutation.webhook.admission.k8s.io/round_0_index_0']).toBe('pods.vram-preflight.io');
-    const stored = JSON.parse(kubectl(c, ['-n', NS.ml, 'get', 'pod', 'down', '-o', 'json']).stdout);
+    const stored = JSON.parse(kubectlOk(['-n', NS.ml, 'get', 'pod', 'down', '-o', 'json']));
     expect(stored.spec.containers[0].command).toBeUndefined();
   });
 
@@ -219,7 +200,7 @@ describe('vram-preflight audit against a real API server', () => {
     expect(found['down/model'].why.detail).toContain(`${MWC} selects this pod, yet it was not wrapped and carries no vram-preflight.io annotation`);
     expect(found['down/model'].why.detail).toContain('failurePolicy Ignore admitted it unchanged');
     expect(found['down/model'].fix).toContain(`kubectl -n ${NS.ml} delete pod down`);
-    const early = JSON.parse(kubectl(c, ['-n', NS.ml, 'get', 'pod', 'early', '-o', 'json']).stdout);
+    const early = JSON.parse(kubectlOk(['-n', NS.ml, 'get', 'pod', 'early', '-o', 'json']));
     expect(found['early/model'].createdAt).toBe(early.metadata.creationTimestamp);
     expect(found['early/model'].why.detail).toBe(`the pod was created (${early.metadata.creationTimestamp}) before the webhook configuration ${MWC} (${report.webhooks[0].createdAt}): no webhook saw it`);
     // The webhook's reason from the annotation; the fix is the core's, decided now with this audit's config.
@@ -260,8 +241,8 @@ describe('vram-preflight audit against a real API server', () => {
     const off = auditJson(['--namespace', NS.off, '--webhook-configuration', MWC]);
     expect(off.run.status).toBe(3);
     expect(off.report.containers).toHaveLength(1);
-    expect(off.report.containers[0]).toMatchObject({ pod: 'stray', status: 'unprotected', why: { code: 'namespace-not-selected', detail: `namespace ${NS.off} is not selected by ${MWC} (webhook pods.vram-preflight.io): its namespaceSelector wants vram-preflight.io/inject=${INJECT}` } });
-    expect(off.report.containers[0].fix).toBe(`kubectl label namespace ${NS.off} vram-preflight.io/inject=${INJECT}, then create the pod again (kubectl -n ${NS.off} delete pod stray, then apply its manifest) so that the webhook wraps it`);
+    expect(off.report.containers[0]).toMatchObject({ pod: 'stray', status: 'unprotected', why: { code: 'namespace-not-selected', detail: `namespace ${NS.off} is not selected by ${MWC} (webhook pods.vram-preflight.io): its namespaceSelector wants vram-preflight.io/inject=enabled` } });
+    expect(off.report.containers[0].fix).toBe(`kubectl label namespace ${NS.off} vram-preflight.io/inject=enabled, then create the pod again (kubectl -n ${NS.off} delete pod stray, then apply its manifest) so that the webhook wraps it`);
     const excl = auditJson(['--namespace', NS.excl, '--webhook-configuration', MWC]);
     expect(excl.run.status).toBe(3);
     expect(excl.report.containers[0].why).toEqual({ code: 'namespace-not-selected', detail: `namespace ${NS.excl} is not selected by ${MWC} (webhook pods.vram-preflight.io): its namespaceSelector wants kubernetes.io/metadata.name not in (kube-system, kube-node-lease, vram-preflight, ${NS.excl})` });
@@ -312,25 +293,24 @@ describe('vram-preflight audit against a real API server', () => {
     expect(whole.report.cluster.namespace).toBeNull();
     const ours = (report: K8s) => report.containers.filter((e: K8s) => e.namespace.startsWith(`audit-${id}-`));
     expect(new Set(ours(whole.report).map((e: K8s) => e.namespace))).toEqual(new Set([NS.ml, NS.off, NS.excl, NS.quiet]));
-    const before = apiAuditEvents(c).length;
+    const before = auditEvents().end;
     const paged = auditJson(['--webhook-configuration', MWC, '--chunk-size', '2']);
     expect(paged.run.status).toBe(3);
     expect(ours(paged.report)).toEqual(ours(whole.report));
-    const lists = apiAuditEvents(c)
-      .slice(before)
-      .filter((e) => e.verb === 'list' && e.objectRef?.resource === 'pods' && e.userAgent === 'vram-preflight-audit' && e.stage === 'ResponseComplete');
+    const lists = auditEvents(before)
+      .events.filter((e) => e.verb === 'list' && e.objectRef?.resource === 'pods' && e.userAgent === 'vram-preflight-audit' && e.stage === 'ResponseComplete');
     expect(lists.length).toBeGreaterThan(1);
     expect(lists[0]!.requestURI).toBe('/api/v1/pods?limit=2');
     expect(lists.slice(1).every((e) => /^\/api\/v1\/pods\?limit=2&continue=/.test(e.requestURI))).toBe(true);
   });
 
   it('in a pod: the service account token and CA (KUBERNETES_SERVICE_HOST/PORT), with the chart\'s audit ClusterRole', () => {
-    const role = chartObjects([]).find((o) => o.kind === 'ClusterRole' && o.metadata.name === 'audit-vram-preflight-webhook-audit')!;
-    kubectl(c, ['-n', NS.ml, 'create', 'serviceaccount', 'auditor']);
-    kubectl(c, ['apply', '-f', '-'], yamlOf([
+    const role = auditRole();
+    kubectlOk(['-n', NS.ml, 'create', 'serviceaccount', 'auditor']);
+    kubectlOk(['apply', '-f', '-'], { input: yamlOf([
       { ...role, metadata: { name: ROLE, labels: { 'vram-preflight-audit-test': id } } },
       { apiVersion: 'rbac.authorization.k8s.io/v1', kind: 'ClusterRoleBinding', metadata: { name: ROLE, labels: { 'vram-preflight-audit-test': id } }, roleRef: { apiGroup: 'rbac.authorization.k8s.io', kind: 'ClusterRole', name: ROLE }, subjects: [{ kind: 'ServiceAccount', name: 'auditor', namespace: NS.ml }] },
-    ]));
+    ]) });
     const dir = credentialsDir('auditor');
     const args = ['--webhook-configuration', MWC, '--kubernetes-credentials-dir', dir];
     const admin = auditJson(['--webhook-configuration', MWC]).report;
@@ -352,8 +332,57 @@ describe('vram-preflight audit against a real API server', () => {
     expect(noMount.stderr).toContain("error KUBECONFIG: cannot read the service account's CA /var/run/secrets/kubernetes.io/serviceaccount/ca.crt: ENOENT");
   });
 
+  it("the chart's CronJob: its objects stored by the API server, its Job's pod made by kube-controller-manager and run as a kubelet would run it, with its own service account", async () => {
+    const release = `audit-${id}`;
+    const fullname = `${release}-vram-preflight-webhook`;
+    const objects = renderChart(release, NS.quiet, ['audit.cronJob.enabled=true', 'config.registryLookup=never', `audit.cronJob.extraArgs={--webhook-configuration=${MWC},--output=json}`]);
+    const ours = objects.filter((o) => o.metadata.name === `${fullname}-audit` || (o.kind === 'ConfigMap' && o.metadata.name === `${fullname}-config`));
+    expect(ours.map((o) => o.kind).sort()).toEqual(['ClusterRole', 'ClusterRoleBinding', 'ConfigMap', 'CronJob', 'ServiceAccount']);
+    for (const o of ours) o.metadata.labels = { ...o.metadata.labels, 'vram-preflight-audit-test': id };
+    kubectlOk(['apply', '-f', '-'], { input: yamlOf(ours) });
+    kubectlOk(['-n', NS.quiet, 'create', 'job', 'audit-now', `--from=cronjob/${fullname}-audit`]);
+    let stored: K8s | undefined;
+    await waitFor("the Job's pod", () => (stored = JSON.parse(kubectlOk(['-n', NS.quiet, 'get', 'pods', '-l', 'job-name=audit-now', '-o', 'json'])).items[0]) !== undefined);
+    const spec = stored!.spec;
+    expect(spec.serviceAccountName).toBe(`${fullname}-audit`);
+    expect(spec.restartPolicy).toBe('Never');
+    const container = spec.containers[0];
+    // The ServiceAccount admission plugin mounted the service account's token where the audit looks for it.
+    expect(container.volumeMounts.map((m: K8s) => m.mountPath)).toContain('/var/run/secrets/kubernetes.io/serviceaccount');
+    expect(container.args).toEqual(['audit', '--config=/etc/vram-preflight/config/config.yaml', '--cache-dir=/tmp/vram-preflight-cache', `--webhook-configuration=${MWC}`, '--output=json']);
+
+    // As the kubelet runs it: the ConfigMap and the bound token as files, KUBERNETES_SERVICE_HOST/PORT. Only the
+    // token's directory is named by flag: this machine has no /var/run/secrets of the pod's.
+    const root = tempDir('cron-pod');
+    const configMap = JSON.parse(kubectlOk(['-n', NS.quiet, 'get', 'configmap', `${fullname}-config`, '-o', 'json']));
+    writeFileSync(path.join(root, 'config.yaml'), configMap.data['config.yaml']);
+    const token = kubectlOk(['-n', NS.quiet, 'create', 'token', `${fullname}-audit`, '--bound-object-kind=Pod', `--bound-object-name=${stored!.metadata.name}`, `--bound-object-uid=${stored!.metadata.uid}`]).trim();
+    const secrets = tempDir('cron-sa');
+    writeFileSync(path.join(secrets, 'token'), token);
+    writeFileSync(path.join(secrets, 'ca.crt'), readFileSync(c.caCert));
+    // Each mount's path in the args to its directory here, as the fake kubelet of test/apiserver does.
+    const mounts: [string, string][] = [['/etc/vram-preflight/config', root], ['/tmp', path.join(root, 'tmp')]];
+    const args = (container.args as string[]).map((a) => {
+      const mount = mounts.find(([at]) => a.includes(`=${at}/`));
+      return mount ? a.replace(`=${mount[0]}/`, `=${mount[1]}/`) : a;
+    });
+    const everywhere = auditJson(['--webhook-configuration', MWC]).report;
+    let run = runBundle(file, [...args, `--kubernetes-credentials-dir=${secrets}`], inCluster());
+    for (let i = 0; i < 20 && run.status === 1; i++) {
+      // RBAC takes a moment to reach the authorizer's cache.
+      await sleep(250);
+      run = runBundle(file, [...args, `--kubernetes-credentials-dir=${secrets}`], inCluster());
+    }
+    expect(run.stderr).toBe('');
+    expect(run.status).toBe(3);
+    const report = JSON.parse(run.stdout);
+    expect(validate(report), JSON.stringify(validate.errors)).toBe(true);
+    const mine = (r: K8s) => r.containers.filter((e: K8s) => e.namespace.startsWith(`audit-${id}-`));
+    expect(mine(report)).toEqual(mine(everywhere));
+  });
+
   it('RBAC: without the role the audit stops with the API server\'s reason and what it needs, nothing on stdout', () => {
-    kubectl(c, ['-n', NS.ml, 'create', 'serviceaccount', 'nobody']);
+    kubectlOk(['-n', NS.ml, 'create', 'serviceaccount', 'nobody']);
     const run = audit(['--webhook-configuration', MWC, '--kubernetes-credentials-dir', credentialsDir('nobody')], inCluster());
     expect(run.status).toBe(1);
     expect(run.stdout).toBe('');
@@ -362,13 +391,13 @@ describe('vram-preflight audit against a real API server', () => {
   });
 
   it('DRA: a claim the audit may not read leaves its vLLM container undetermined, which fails the audit too', () => {
-    const role = chartObjects([]).find((o) => o.kind === 'ClusterRole' && o.metadata.name === 'audit-vram-preflight-webhook-audit')!;
+    const role = auditRole();
     const name = `${ROLE}-no-dra`;
-    kubectl(c, ['-n', NS.ml, 'create', 'serviceaccount', 'partial']);
-    kubectl(c, ['apply', '-f', '-'], yamlOf([
+    kubectlOk(['-n', NS.ml, 'create', 'serviceaccount', 'partial']);
+    kubectlOk(['apply', '-f', '-'], { input: yamlOf([
       { ...role, metadata: { name, labels: { 'vram-preflight-audit-test': id } }, rules: role.rules.filter((r: K8s) => !r.apiGroups.includes('resource.k8s.io')) },
       { apiVersion: 'rbac.authorization.k8s.io/v1', kind: 'ClusterRoleBinding', metadata: { name, labels: { 'vram-preflight-audit-test': id } }, roleRef: { apiGroup: 'rbac.authorization.k8s.io', kind: 'ClusterRole', name }, subjects: [{ kind: 'ServiceAccount', name: 'partial', namespace: NS.ml }] },
-    ]));
+    ]) });
     const args = ['--namespace', NS.ml, '--webhook-configuration', MWC, '--kubernetes-credentials-dir', credentialsDir('partial')];
     let run = auditJson(args, inCluster());
     for (let i = 0; i < 20 && run.run.status === 1; i++) {

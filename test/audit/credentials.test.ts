@@ -12,7 +12,9 @@ import { chmodSync, copyFileSync, mkdirSync, readFileSync, writeFileSync } from 
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { stringify } from 'yaml';
-import { bundle, cluster, kubectl, removeTempDirs, runBundle, tempDir, waitFor, type Cluster, type Run } from './harness.js';
+import { bundle, cluster, kubectl, kubectlOk, namespace, removeTempDirs, runBundle, tempDir, waitFor, type Cluster } from './harness.js';
+
+type Run = ReturnType<typeof runBundle>;
 
 const id = `${process.pid.toString(36)}${Date.now().toString(36).slice(-5)}`;
 const NS = `audit-${id}-cred`;
@@ -80,27 +82,26 @@ beforeAll(async () => {
   c = cluster();
   file = bundle();
   pki = path.join(c.dir, 'pki');
-  kubectl(c, ['create', 'namespace', NS]);
-  await waitFor(`the default service account of ${NS}`, () => kubectl(c, ['-n', NS, 'get', 'serviceaccount', 'default', '-o', 'name'], undefined, true).status === 0);
+  await namespace(NS, {});
   const pod = { apiVersion: 'v1', kind: 'Pod', metadata: { name: 'model', namespace: NS }, spec: { containers: [{ name: 'model', image: 'vllm/vllm-openai:v0.10.1', args: ['--model', 'm'], resources: { limits: { 'nvidia.com/gpu': '1' } } }] } };
   const wrapped = runBundle(file, [], { HOME: tempDir('render') }, stringify(pod));
   expect(wrapped.status, wrapped.stderr).toBe(0);
-  kubectl(c, ['create', '-f', '-'], wrapped.stdout);
+  kubectlOk(['create', '-f', '-'], { input: wrapped.stdout });
   // A service account that may do what the audit does in this namespace.
-  kubectl(c, ['-n', NS, 'create', 'serviceaccount', 'reader']);
-  kubectl(c, ['apply', '-f', '-'], [
+  kubectlOk(['-n', NS, 'create', 'serviceaccount', 'reader']);
+  kubectlOk(['apply', '-f', '-'], { input: [
     stringify({ apiVersion: 'rbac.authorization.k8s.io/v1', kind: 'ClusterRole', metadata: { name: ROLE, labels: { 'vram-preflight-audit-test': id } }, rules: [{ apiGroups: [''], resources: ['pods'], verbs: ['list'] }, { apiGroups: [''], resources: ['namespaces'], verbs: ['get'] }, { apiGroups: ['admissionregistration.k8s.io'], resources: ['mutatingwebhookconfigurations'], verbs: ['get'] }] }),
     stringify({ apiVersion: 'rbac.authorization.k8s.io/v1', kind: 'ClusterRoleBinding', metadata: { name: ROLE, labels: { 'vram-preflight-audit-test': id } }, roleRef: { apiGroup: 'rbac.authorization.k8s.io', kind: 'ClusterRole', name: ROLE }, subjects: [{ kind: 'ServiceAccount', name: 'reader', namespace: NS }] }),
-  ].join('---\n'));
-  token = kubectl(c, ['-n', NS, 'create', 'token', 'reader', '--duration=1h']).stdout.trim();
+  ].join('---\n') });
+  token = kubectlOk(['-n', NS, 'create', 'token', 'reader', '--duration=1h']).trim();
   // RBAC reaches the authorizer's cache within moments.
-  await waitFor('the role binding to take effect', () => kubectl(c, ['auth', 'can-i', 'list', 'pods', '-n', NS, `--as=system:serviceaccount:${NS}:reader`], undefined, true).stdout.trim() === 'yes');
+  await waitFor('the role binding to take effect', () => kubectl(['auth', 'can-i', 'list', 'pods', '-n', NS, `--as=system:serviceaccount:${NS}:reader`]).stdout.trim() === 'yes');
 }, 600_000);
 
 afterAll(() => {
   if (c) {
-    kubectl(c, ['delete', 'namespace', NS, '--wait=false', '--ignore-not-found'], undefined, true);
-    kubectl(c, ['delete', 'clusterrole,clusterrolebinding', '-l', `vram-preflight-audit-test=${id}`, '--ignore-not-found'], undefined, true);
+    kubectl(['delete', 'namespace', NS, '--wait=false', '--ignore-not-found']);
+    kubectl(['delete', 'clusterrole,clusterrolebinding', '-l', `vram-preflight-audit-test=${id}`, '--ignore-not-found']);
   }
   removeTempDirs();
 });
