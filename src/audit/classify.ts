@@ -105,7 +105,8 @@ export function webhookEntries(configurations: readonly Plain[], only?: string):
       });
     }
   }
-  return entries.sort((a, b) => (a.configuration === b.configuration ? a.webhook.localeCompare(b.webhook) : a.configuration < b.configuration ? -1 : 1));
+  const order = (x: string, y: string): number => (x < y ? -1 : x > y ? 1 : 0);
+  return entries.sort((a, b) => order(a.configuration, b.configuration) || order(a.webhook, b.webhook));
 }
 
 interface PodFacts {
