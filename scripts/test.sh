@@ -13,7 +13,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 # command -> Debian package that provides it
-packages=(python3:python3 dash:dash busybox:busybox shellcheck:shellcheck unzip:unzip unshare:util-linux setpriv:util-linux mount:mount hyperfine:hyperfine docker-registry:docker-registry skopeo:skopeo openssl:openssl git:git gpg:gpg gpg-agent:gpg-agent gpgconf:gpgconf buildah:buildah umoci:umoci curl:curl setsid:util-linux)
+packages=(python3:python3 dash:dash busybox:busybox shellcheck:shellcheck unzip:unzip unshare:util-linux setpriv:util-linux mount:mount hyperfine:hyperfine docker-registry:docker-registry skopeo:skopeo openssl:openssl git:git gpg:gpg gpg-agent:gpg-agent gpgconf:gpgconf buildah:buildah umoci:umoci curl:curl setsid:util-linux ip:iproute2)
 missing=()
 for entry in "${packages[@]}"; do
   command -v "${entry%%:*}" >/dev/null 2>&1 || missing+=("${entry#*:}")

@@ -202,7 +202,7 @@ describe('pods created through a real kube-apiserver, with the chart\'s webhook 
       before.forEach((container, j) => {
         const what = `${label}: container ${container.name}`;
         if (wrappedBefore(container)) expect(start(after[j]), `${what} was wrapped at render time`).toEqual(start(container));
-        else if (oracle) expect(start(after[j]), what).toEqual(start((oracle.spec.containers as k.Plain[])[j]));
+        else if (oracle) expect(start(after[j]), what).toEqual(start(((oracle.spec as k.Plain).containers as k.Plain[])[j]));
         else if (refused.has(String(container.name))) {
           expect(start(after[j]), `${what}: refused by the post-renderer, admitted unchanged`).toEqual(start(container));
           expect(annotations['vram-preflight.io/not-wrapped'] ?? '', `${what} named in the not-wrapped annotation`).toContain(String(container.name));

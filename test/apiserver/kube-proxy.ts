@@ -38,6 +38,8 @@ export class FakeKubeProxy {
   private syncing = false;
   syncs = 0;
   failure: Error | undefined;
+  /** For each Service port (cluster IP:port), the ALPN protocols each connection's TLS ClientHello offered. */
+  readonly offered = new Map<string, string[][]>();
 
   constructor(readonly syncPeriodMs = 1000) {}
 
@@ -113,7 +115,13 @@ export class FakeKubeProxy {
       // A refused or reset upstream reaches the client as a reset, as it would through the kernel's NAT.
       upstream.on('error', () => client.resetAndDestroy());
       client.on('error', () => upstream.destroy());
-      client.pipe(upstream);
+      // The first bytes are the TLS ClientHello: note which protocols the client offered (what the API server asks for).
+      client.once('data', (hello: Buffer) => {
+        const alpn = offeredAlpn(hello);
+        if (alpn) this.offered.set(key, [...(this.offered.get(key) ?? []), alpn]);
+        upstream.write(hello);
+        client.pipe(upstream);
+      });
       upstream.pipe(client);
     });
     await new Promise<void>((resolve, reject) => {
@@ -122,4 +130,35 @@ export class FakeKubeProxy {
     });
     this.listeners.set(key, server);
   }
+}
+
+/**
+ * The ALPN protocol names of a TLS ClientHello (RFC 8446 §4.1.2, RFC 7301), or
+ * undefined when the bytes are not a whole ClientHello record with that extension.
+ */
+export function offeredAlpn(record: Buffer): string[] | undefined {
+  // record header (5), handshake header (4), version (2), random (32)
+  if (record.length < 43 || record[0] !== 0x16 || record[5] !== 0x01) return undefined;
+  let at = 43;
+  at += 1 + record[at]!; // session id
+  at += 2 + record.readUInt16BE(at); // cipher suites
+  at += 1 + record[at]!; // compression methods
+  const end = at + 2 + record.readUInt16BE(at);
+  at += 2;
+  while (at + 4 <= end && at + 4 <= record.length) {
+    const type = record.readUInt16BE(at);
+    const length = record.readUInt16BE(at + 2);
+    if (type === 16) {
+      const names: string[] = [];
+      let p = at + 6;
+      while (p < at + 4 + length) {
+        const n = record[p]!;
+        names.push(record.subarray(p + 1, p + 1 + n).toString('latin1'));
+        p += 1 + n;
+      }
+      return names;
+    }
+    at += 4 + length;
+  }
+  return undefined;
 }

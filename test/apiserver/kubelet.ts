@@ -23,11 +23,14 @@
  * Needs root (network namespaces) and iproute2.
  */
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
-import { chmodSync, mkdirSync, writeFileSync } from 'node:fs';
+import { chmodSync, existsSync, mkdirSync, realpathSync, writeFileSync } from 'node:fs';
 import http from 'node:http';
 import https from 'node:https';
 import path from 'node:path';
 import * as k from './harness.js';
+
+/** Where a pod sees the bundle (the image's /app): made in an overlay of the host's /opt, in the pod's mount namespace only. */
+const IMAGE_DIR = '/opt/vram-preflight-image';
 
 const ip = (args: string[]) => {
   const r = spawnSync('ip', args, { encoding: 'utf8' });
@@ -181,21 +184,19 @@ export class FakeKubelet {
       spawnSync('ip', ['netns', 'delete', netns]);
       throw error;
     }
-    const mapPath = (arg: string) => {
-      for (const [mountPath, hostDir] of mounts) {
-        const at = arg.indexOf(mountPath);
-        if (at !== -1 && (arg.length === at + mountPath.length || arg[at + mountPath.length] === '/')) return arg.slice(0, at) + hostDir + arg.slice(at + mountPath.length);
-      }
-      return arg;
-    };
     if (container.command) throw new Error('the fake kubelet runs the image\'s ENTRYPOINT (node vram-preflight.cjs) with args: the chart now sets command');
     // As the kubelet gives every container: where the API server's Service is.
-    const env: Record<string, string> = { PATH: process.env.PATH!, HOME: mounts.get('/tmp') ?? root, TMPDIR: mounts.get('/tmp') ?? root, KUBERNETES_SERVICE_HOST: `${k.SERVICE_NET}.1`, KUBERNETES_SERVICE_PORT: '443' };
+    const env: Record<string, string> = { PATH: process.env.PATH!, HOME: '/tmp', KUBERNETES_SERVICE_HOST: `${k.SERVICE_NET}.1`, KUBERNETES_SERVICE_PORT: '443' };
     for (const e of (container.env ?? []) as k.Plain[]) env[e.name] = this.envValue(e, pod, container, podIp);
     const uid = String(pod.spec.securityContext?.runAsUser ?? container.securityContext?.runAsUser ?? 65532);
     const gid = String(pod.spec.securityContext?.runAsGroup ?? uid);
-    const args = ['netns', 'exec', netns, 'setpriv', `--reuid=${uid}`, `--regid=${gid}`, '--clear-groups', '--', process.execPath, this.bundle, ...((container.args ?? []) as string[]).map(mapPath)];
-    const child = spawn('ip', args, { env, stdio: ['ignore', 'pipe', 'pipe'] });
+    // The image: the built bundle's directory, mounted where a path of the host holds it (the pod's /tmp may hide the test's temp dir).
+    mounts.set(IMAGE_DIR, path.dirname(this.bundle));
+    const start = ['setpriv', `--reuid=${uid}`, `--regid=${gid}`, '--clear-groups', '--', process.execPath, path.join(IMAGE_DIR, path.basename(this.bundle)), ...((container.args ?? []) as string[])];
+    // `ip netns exec` runs the command in a mount namespace of its own: there the volumes are mounted at
+    // their mountPaths (over an overlay of the host's directory where a path must be created, so that
+    // nothing of the host's file system changes), then the container's start runs as its user.
+    const child = spawn('ip', ['netns', 'exec', netns, 'sh', '-ec', mountScript(mounts, path.join(root, '.overlay')), 'pod', ...start], { env, stdio: ['ignore', 'pipe', 'pipe'] });
     const running: RunningPod = {
       uid: pod.metadata.uid,
       name: pod.metadata.name,
@@ -213,6 +214,10 @@ export class FakeKubelet {
     };
     child.stderr!.on('data', (d: Buffer) => (running.stderr += d.toString()));
     child.stdout!.resume();
+    // A container that ends by itself is a failure of the test's setup or of the webhook: say so at once.
+    void running.exited.then((code) => {
+      if (!running.terminating) this.failure ??= new Error(`pod ${running.name} exited ${code} by itself:\n${running.stderr}`);
+    });
     this.pods.set(running.uid, running);
     this.record(running.name, 'started');
     await this.reportStatus(running, pod, false);
@@ -281,7 +286,7 @@ export class FakeKubelet {
     const now = Date.now();
     if (now - running.lastProbe < (probe.periodSeconds ?? 10) * 1000) return;
     running.lastProbe = now;
-    const port = typeof probe.httpGet.port === 'number' ? probe.httpGet.port : (pod.spec.containers[0].ports as k.Plain[]).find((p) => p.name === probe.httpGet.port).containerPort;
+    const port = typeof probe.httpGet.port === 'number' ? probe.httpGet.port : (pod.spec.containers[0].ports as k.Plain[]).find((p) => p.name === probe.httpGet.port)!.containerPort;
     const ok = await httpProbe(probe.httpGet.scheme === 'HTTPS', running.ip, port, probe.httpGet.path, (probe.timeoutSeconds ?? 1) * 1000);
     if (ok) (running.probeSuccesses++, (running.probeFailures = 0));
     else (running.probeFailures++, (running.probeSuccesses = 0));
@@ -357,9 +362,8 @@ export class FakeKubelet {
   freeze(name: string, frozen: boolean): void {
     const running = [...this.pods.values()].find((p) => p.name === name);
     if (!running) throw new Error(`no pod ${name}`);
-    // The node process is the grandchild (ip netns exec -> setpriv execs -> node): signal the group.
-    const pids = spawnSync('pgrep', ['-P', String(running.child.pid)], { encoding: 'utf8' }).stdout.trim().split('\n').filter(Boolean);
-    for (const pid of [String(running.child.pid), ...pids]) process.kill(Number(pid), frozen ? 'SIGSTOP' : 'SIGCONT');
+    // ip netns exec, sh and setpriv each exec the next: the child's pid is node's.
+    process.kill(running.child.pid!, frozen ? 'SIGSTOP' : 'SIGCONT');
   }
 
   runningPods(): { name: string; ip: string; ready: boolean }[] {
@@ -392,4 +396,48 @@ function podNet(): string {
   const used = spawnSync('ip', ['-o', 'addr'], { encoding: 'utf8' }).stdout + spawnSync('ip', ['route'], { encoding: 'utf8' }).stdout;
   if (used.includes(`${k.POD_NET}.`)) throw new Error(`this machine's network already uses ${k.POD_NET}.0/24, the range the fake kubelet gives pods`);
   return k.POD_NET;
+}
+
+/**
+ * Shell commands that mount each volume (host directory) at its mountPath, then exec "$@". A mountPath
+ * whose parent is missing on the host gets its nearest existing directory overlaid (overlayfs, the
+ * upper layer in the pod's own directory), so the missing directories are made in the overlay only.
+ */
+function mountScript(mounts: Map<string, string>, overlays: string): string {
+  const quote = (p: string) => `'${p.replaceAll("'", "'\\''")}'`;
+  const lines: string[] = [];
+  const overlaid = new Set<string>();
+  // A mount over a directory that holds other volumes' host directories (the pod's /tmp over the host's) comes last.
+  const shadows = (mountPath: string) => [...mounts.values()].some((dir) => dir.startsWith(`${realpathOf(mountPath)}/`));
+  const ordered = [...mounts].sort(([a], [b]) => Number(shadows(a)) - Number(shadows(b)));
+  for (const [mountPath, hostDir] of ordered) {
+    let existing = mountPath;
+    while (!existsSync(existing)) existing = path.dirname(existing);
+    const real = realpathSync(existing);
+    const target = path.join(real, path.relative(existing, mountPath));
+    if (existing !== mountPath && !overlaid.has(real)) {
+      if (real === '/') throw new Error(`the fake kubelet cannot make ${mountPath}: it would overlay /`);
+      overlaid.add(real);
+      // /run holds runtime state only, and a container has its own: a fresh tmpfs (overlayfs refuses it as a lower layer here).
+      if (real === '/run') {
+        lines.push(`mount -t tmpfs tmpfs /run`);
+        lines.push(`mkdir -p ${quote(target)}`, `mount --bind ${quote(hostDir)} ${quote(target)}`);
+        continue;
+      }
+      const upper = path.join(overlays, String(overlaid.size), 'upper');
+      const work = path.join(overlays, String(overlaid.size), 'work');
+      mkdirSync(upper, { recursive: true });
+      mkdirSync(work, { recursive: true });
+      lines.push(`mount -t overlay overlay -o lowerdir=${quote(real)},upperdir=${quote(upper)},workdir=${quote(work)} ${quote(real)}`);
+    }
+    lines.push(`mkdir -p ${quote(target)}`, `mount --bind ${quote(hostDir)} ${quote(target)}`);
+  }
+  return [...lines, 'exec "$@"'].join('\n');
+}
+
+/** The real path of a path whose tail may not exist yet. */
+function realpathOf(p: string): string {
+  let existing = p;
+  while (!existsSync(existing)) existing = path.dirname(existing);
+  return path.join(realpathSync(existing), path.relative(existing, p));
 }

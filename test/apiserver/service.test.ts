@@ -73,6 +73,14 @@ async function waitFor(what: string, check: () => Promise<boolean>, ms = 60_000)
   throw new Error(`${what}: not within ${ms / 1000} s\n${proxy?.failure?.stack ?? ''}\n${kubelet?.logs() ?? ''}`);
 }
 
+/** Until a dry run through the Service is wrapped: the endpoints reached the API server and the kube-proxy. */
+async function reachable(): Promise<void> {
+  await waitFor('the API server calls the webhook through its Service', async () => {
+    const res = await k.api('POST', `/api/v1/namespaces/${WORK}/pods?dryRun=All`, k.vllmPod('probe'));
+    return res.status === 201 && k.isWrapped(res.json().spec.containers[0]);
+  });
+}
+
 interface Created {
   at: number;
   status: number;
@@ -129,10 +137,7 @@ beforeAll(async () => {
   await waitFor('two ready endpoints', async () => (await readyEndpoints()).length === deployment.spec.replicas);
   await k.namespace(WORK, { 'vram-preflight.io/inject': 'enabled' });
   // The configuration and the endpoints reach the API server through informers: wait until a dry run is wrapped.
-  await waitFor('the API server calls the webhook through its Service', async () => {
-    const res = await k.api('POST', `/api/v1/namespaces/${WORK}/pods?dryRun=All`, k.vllmPod('probe'));
-    return res.status === 201 && k.isWrapped(res.json().spec.containers[0]);
-  });
+  await reachable();
 }, 40 * 60_000);
 
 afterAll(async () => {
@@ -157,6 +162,27 @@ describe('the chart as deployed, through its Service', () => {
     }
     const calls = k.sumOf(await k.apiserverMetrics(), 'apiserver_admission_webhook_request_total', { name: webhookName, code: '200' });
     expect(calls, 'the API server counts answered calls to the chart\'s webhook').toBeGreaterThanOrEqual(5);
+    // What the API server offered in its TLS ClientHellos to the Service: HTTP/1.1 only (it never asks a Service for h2).
+    const service = objects.find((o) => o.kind === 'Service')!;
+    const clusterIp = (await k.api('GET', `/api/v1/namespaces/${NS}/services/${service.metadata.name}`)).json().spec.clusterIP;
+    const hellos = proxy.offered.get(`${clusterIp}:${service.spec.ports[0].port}`) ?? [];
+    expect(hellos.length, 'connections to the webhook\'s Service seen').toBeGreaterThan(0);
+    expect(new Set(hellos.map((h) => h.join(',')))).toEqual(new Set(['http/1.1']));
+  });
+
+  it('in-cluster: the chart\'s pods read a DRA claim template through the kubernetes Service with their projected token and the chart\'s RBAC', async () => {
+    k.applyObjects(
+      [{ apiVersion: 'resource.k8s.io/v1', kind: 'ResourceClaimTemplate', metadata: { name: 'nvidia-gpu' }, spec: { spec: { devices: { requests: [{ name: 'gpu', exactly: { deviceClassName: 'gpu.nvidia.com', allocationMode: 'ExactCount', count: 1 } }] } } } }],
+      ['-n', WORK],
+    );
+    const pod = k.vllmPod('dra');
+    pod.spec.resourceClaims = [{ name: 'gpu', resourceClaimTemplateName: 'nvidia-gpu' }];
+    pod.spec.containers[0].resources = { claims: [{ name: 'gpu' }] };
+    const res = await k.api('POST', `/api/v1/namespaces/${WORK}/pods`, pod);
+    expect(res.status, res.text).toBe(201);
+    const stored = res.json();
+    expect(stored.metadata.annotations?.['vram-preflight.io/not-wrapped'], 'the claim was read').toBeUndefined();
+    expect(k.isWrapped(stored.spec.containers[0])).toBe(true);
   });
 
   it('a rollout of the webhook while pods are created at a steady rate: the pods admitted unwrapped are counted, and the API server agrees', async () => {
@@ -200,11 +226,13 @@ describe('the chart as deployed, through its Service', () => {
     expect([...failedOpenInAudit(auditFrom)].sort()).toEqual(created.map((c) => c.name).sort());
     k.kubectlOk(['scale', `deployment/${deploymentName}`, '-n', NS, '--replicas=2']);
     await waitFor('two ready endpoints again', async () => (await readyEndpoints()).length === 2);
+    await reachable();
   }, 120_000);
 
   it('a webhook that never answers: the API server waits timeoutSeconds, then admits the pod unwrapped', async () => {
     const mwc = (await k.api('GET', `/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations/${configurationName}`)).json();
     const timeoutSeconds = mwc.webhooks[0].timeoutSeconds as number;
+    await reachable();
     for (const p of kubelet.runningPods()) kubelet.freeze(p.name, true);
     try {
       const started = Date.now();
