@@ -3,7 +3,8 @@
 # .ci/run): installs the Debian packages the tests execute (real shells, the
 # linters and tools: shellcheck, unzip, hyperfine; docker-registry, skopeo and
 # openssl for the registry lookup tests; git and gpg for the release tests;
-# python3-jsonpatch to apply the webhook's patches; buildah and umoci to build and unpack
+# python3-jsonpatch to apply the webhook's patches; curl and jq for the docs recipes;
+# promtool (Debian prometheus) to check and unit-test the chart's alert rules; buildah and umoci to build and unpack
 # the images, daemonless and offline),
 # the npm dependencies and the real helm binaries, builds the bundle,
 # type-checks, builds and starts the test control plane (scripts/cluster.sh:
@@ -13,7 +14,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 # command -> Debian package that provides it
-packages=(python3:python3 dash:dash busybox:busybox shellcheck:shellcheck unzip:unzip unshare:util-linux setpriv:util-linux mount:mount hyperfine:hyperfine docker-registry:docker-registry skopeo:skopeo openssl:openssl git:git gpg:gpg gpg-agent:gpg-agent gpgconf:gpgconf buildah:buildah umoci:umoci curl:curl setsid:util-linux ip:iproute2)
+packages=(python3:python3 dash:dash busybox:busybox shellcheck:shellcheck unzip:unzip unshare:util-linux setpriv:util-linux mount:mount hyperfine:hyperfine docker-registry:docker-registry skopeo:skopeo openssl:openssl git:git gpg:gpg gpg-agent:gpg-agent gpgconf:gpgconf buildah:buildah umoci:umoci curl:curl jq:jq promtool:prometheus setsid:util-linux ip:iproute2)
 missing=()
 for entry in "${packages[@]}"; do
   command -v "${entry%%:*}" >/dev/null 2>&1 || missing+=("${entry#*:}")

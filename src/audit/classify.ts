@@ -140,13 +140,29 @@ function recreate(pod: PodFacts): string {
 }
 
 /**
- * The webhook's annotation for one container: `name: reason; name: reason`
- * (src/webhook/admission.ts), cut at the names of the pod's containers
- * (a reason may hold "; " itself). `*`: the whole pod.
+ * The webhook's reason for one container, from its not-wrapped annotation
+ * (src/webhook/admission.ts, notWrappedAnnotation). Since 0.4.0 one block per
+ * container: a line `name: reason`, then indented lines of the fix (a
+ * `config.images` entry), and a last line `... and N more container(s)` when
+ * the annotation was full. 0.3.0 wrote `name: reason; name: reason` on one
+ * line, cut here at the names of the pod's containers (a reason may hold
+ * "; " itself). `*`: the whole pod (an internal error).
  */
 export function notWrappedReason(annotation: unknown, container: string, names: readonly string[]): string | undefined {
   if (typeof annotation !== 'string' || annotation === '') return undefined;
-  const starts = [...names, '*']
+  const candidates = [...names, '*'].sort((a, b) => b.length - a.length);
+  const lines = annotation.split('\n');
+  if (lines.length > 1) {
+    for (const line of lines) {
+      if (line.startsWith(' ')) continue;
+      const name = candidates.find((n) => line.startsWith(`${n}: `));
+      if (name === container || name === '*') return line.slice(name.length + 2);
+    }
+    // The webhook had more to say than the annotation holds: this container's reason is in its log.
+    if (lines.some((line) => line.startsWith('... and '))) return "its reason did not fit in the annotation (the webhook's log has it)";
+    return undefined;
+  }
+  const starts = candidates
     .flatMap((name) => {
       const found: { name: string; at: number }[] = [];
       for (let at = annotation.indexOf(`${name}: `); at !== -1; at = annotation.indexOf(`${name}: `, at + 1)) {

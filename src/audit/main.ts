@@ -16,7 +16,9 @@
  * (scripts/build.mjs: <launcher stem>.audit.cjs): a render never reads it.
  */
 import { resolveOptions } from '../config/load.js';
-import { CONFIG_ENV, CONFIG_FLAG, SCALAR_OPTIONS, type Options } from '../config/sources.js';
+import { AUDIT_RENDER_ONLY_WHY, isRenderOnlyKey, optionHelp, parseCommandLine, type FlagRow } from '../config/flags.js';
+import { CONFIG_FLAG, SCALAR_OPTIONS, type Options } from '../config/sources.js';
+import { quoteBounded } from '../config/suggest.js';
 import { escapeControl, PreflightError } from '../core/errors.js';
 import { VERSION } from '../core/version.js';
 import type { RegistryAnswers } from '../core/index.js';
@@ -35,20 +37,16 @@ export const EXIT_INTERNAL = 70;
 const DEFAULT_CHUNK_SIZE = 500;
 const REQUEST_TIMEOUT_MS = 30_000;
 
-const AUDIT_FLAGS = {
-  '--kubeconfig': 'kubeconfig file (default: KUBECONFIG, then ~/.kube/config, then the pod\'s service account)',
-  '--context': 'kubeconfig context (default: its current-context)',
-  '--namespace': 'audit this namespace only (default: all namespaces); also -n',
-  '--kubernetes-credentials-dir': `use in-cluster credentials from this directory (token, ca.crt; default ${SERVICE_ACCOUNT_DIR} when run in a pod without a kubeconfig)`,
-  '--webhook-configuration': 'judge by this MutatingWebhookConfiguration only (default: every one with the webhook pods.vram-preflight.io)',
-  '--chunk-size': `list this many objects per request, as kubectl --chunk-size (default ${DEFAULT_CHUNK_SIZE})`,
-  '--output': 'text|json (json: audit.schema.json)',
-} as const;
-type AuditFlag = keyof typeof AUDIT_FLAGS;
-
-/** Wrap options that mean nothing to an audit: it writes no files and reads no YAML. */
-const NOT_FOR_AUDIT = new Set(['--diagnostics-file', '--report-file', '--fast-parse']);
-const WRAP_FLAGS = SCALAR_OPTIONS.filter((o) => !NOT_FOR_AUDIT.has(o.flag));
+/** The audit's own flags: rows of the one option table (src/config/flags.ts), which parses them. */
+const AUDIT_ROWS: readonly FlagRow[] = [
+  { flag: '--kubeconfig', value: 'FILE', help: "kubeconfig file (default: KUBECONFIG, then ~/.kube/config, then the pod's service account)", doors: ['audit'], kind: 'door' },
+  { flag: '--context', value: 'NAME', help: 'kubeconfig context (default: its current-context)', doors: ['audit'], kind: 'door' },
+  { flag: '--namespace', aliases: ['-n'], value: 'NAME', help: 'audit this namespace only (default: all namespaces)', doors: ['audit'], kind: 'door' },
+  { flag: '--kubernetes-credentials-dir', value: 'DIR', help: `in-cluster credentials (token, ca.crt) from this directory and no others (default in a pod without a kubeconfig: ${SERVICE_ACCOUNT_DIR})`, doors: ['audit'], kind: 'door' },
+  { flag: '--webhook-configuration', value: 'NAME', help: 'judge by this MutatingWebhookConfiguration only (default: every one with the webhook pods.vram-preflight.io)', doors: ['audit'], kind: 'door' },
+  { flag: '--chunk-size', value: 'N', help: 'objects per list request, as kubectl --chunk-size', doors: ['audit'], kind: 'door', defaultOf: 'chunkSize' },
+  { flag: '--output', value: 'text|json', help: 'text, or json (schema: audit.schema.json)', doors: ['audit'], kind: 'door' },
+];
 
 export const AUDIT_HELP = `vram-preflight ${VERSION} audit: list the containers of a cluster that run vLLM on an NVIDIA GPU without the preflight, why, and the fix
 
@@ -64,55 +62,36 @@ cannot be told to be); 1 the audit could not be done (kubeconfig, API server, RB
 2 usage or option error; 74 stdout could not be written; 70 internal error.
 
 Audit options:
-${Object.entries(AUDIT_FLAGS)
-  .map(([flag, help]) => `  ${`${flag} VALUE`.padEnd(36)}${help}`)
-  .join('\n')}
+${optionHelp('audit', 'door', AUDIT_ROWS, { chunkSize: DEFAULT_CHUNK_SIZE })}
 
 Options of the wrap, as for the post-renderer and the webhook (flag, or environment variable;
 a config file sets the same names in camelCase), so that the audit decides like the webhook:
-${[{ flag: CONFIG_FLAG, env: CONFIG_ENV, help: 'YAML or JSON config file (schema: config.schema.json)' }, ...WRAP_FLAGS]
-  .map((o) => `  ${`${o.flag} VALUE`.padEnd(36)}${o.help}\n  ${''.padEnd(36)}env ${o.env}`)
-  .join('\n')}
-  -h, --help                          show this help
+${optionHelp('audit', 'wrap')}
 
 Docs: docs/webhook.md ("Audit").
 `;
 
 interface ParsedAuditArgs {
-  help: boolean;
-  audit: Partial<Record<AuditFlag, string>>;
+  stop?: '--help' | '--version';
+  audit: Map<string, string>;
   configPath?: string;
   flags: { flag: string; value: string }[];
 }
 
 function parseAuditArgs(argv: readonly string[]): ParsedAuditArgs {
-  const parsed: ParsedAuditArgs = { help: false, audit: {}, flags: [] };
-  for (let i = 0; i < argv.length; i++) {
-    const arg = argv[i]!;
-    if (arg === '-h' || arg === '--help') return { ...parsed, help: true };
-    if (!arg.startsWith('-')) throw new PreflightError('USAGE', `unexpected argument "${arg}"`, { fix: 'see vram-preflight audit --help' });
-    const eq = arg.indexOf('=');
-    const written = eq === -1 ? arg : arg.slice(0, eq);
-    const flag = written === '-n' ? '--namespace' : written;
-    const known = flag in AUDIT_FLAGS || flag === CONFIG_FLAG || WRAP_FLAGS.some((o) => o.flag === flag);
-    if (!known) {
-      const why = NOT_FOR_AUDIT.has(flag) ? ': the audit writes no diagnostics or report file and reads no YAML' : '';
-      throw new PreflightError('USAGE', `unknown option ${written}${why}`, { fix: 'see vram-preflight audit --help' });
-    }
-    let value: string;
-    if (eq !== -1) value = arg.slice(eq + 1);
-    else if (i + 1 < argv.length) value = argv[++i]!;
-    else throw new PreflightError('USAGE', `option ${written} needs a value`, { fix: 'see vram-preflight audit --help' });
-    if (flag in AUDIT_FLAGS) parsed.audit[flag as AuditFlag] = value;
-    else if (flag === CONFIG_FLAG) parsed.configPath = value;
+  const line = parseCommandLine(argv, 'audit', AUDIT_ROWS);
+  if (line.words.length) throw new PreflightError('USAGE', `unexpected argument ${quoteBounded(line.words[0])}`, { fix: 'the audit takes options only; see vram-preflight audit --help' });
+  const parsed: ParsedAuditArgs = { stop: line.stop, audit: line.door, flags: [] };
+  for (const { flag, value } of line.wrap) {
+    if (flag === CONFIG_FLAG) parsed.configPath = value;
     else parsed.flags.push({ flag, value });
   }
-  const output = parsed.audit['--output'];
-  if (output !== undefined && output !== 'text' && output !== 'json') throw new PreflightError('USAGE', `--output is "${output}"`, { fix: 'use --output text or --output json' });
-  const chunk = parsed.audit['--chunk-size'];
-  if (chunk !== undefined && (!/^\d+$/.test(chunk) || Number(chunk) < 1)) throw new PreflightError('USAGE', `--chunk-size is "${chunk}"`, { fix: 'give a whole number of at least 1' });
-  for (const flag of ['--namespace', '--context', '--kubeconfig', '--kubernetes-credentials-dir', '--webhook-configuration'] as const) {
-    if (parsed.audit[flag] === '') throw new PreflightError('USAGE', `${flag} is empty`, { fix: `give ${flag} a value, or leave it out` });
+  const output = parsed.audit.get('--output');
+  if (output !== undefined && output !== 'text' && output !== 'json') throw new PreflightError('USAGE', `--output is ${quoteBounded(output)}`, { fix: 'use --output text or --output json' });
+  const chunk = parsed.audit.get('--chunk-size');
+  if (chunk !== undefined && (!/^\d+$/.test(chunk) || Number(chunk) < 1)) throw new PreflightError('USAGE', `--chunk-size is ${quoteBounded(chunk)}`, { fix: 'give a whole number of at least 1' });
+  for (const flag of ['--namespace', '--context', '--kubeconfig', '--kubernetes-credentials-dir', '--webhook-configuration']) {
+    if (parsed.audit.get(flag) === '') throw new PreflightError('USAGE', `${flag} is empty`, { fix: `give ${flag} a value, or leave it out` });
   }
   return parsed;
 }
@@ -139,10 +118,17 @@ export async function runAudit(argv: readonly string[], io: AuditIO): Promise<nu
   let options: Options;
   try {
     args = parseAuditArgs(argv);
-    if (args.help) {
+    if (args.stop === '--help') {
       io.stdout.write(AUDIT_HELP);
       return 0;
     }
+    if (args.stop === '--version') {
+      io.stdout.write(`${VERSION}\n`);
+      return 0;
+    }
+    // A render's option in the environment would be read and then do nothing: said instead, as the webhook does.
+    const renderOnly = SCALAR_OPTIONS.find((o) => isRenderOnlyKey(o.key) && io.env[o.env] !== undefined);
+    if (renderOnly) throw new PreflightError('BAD_OPTION', `${renderOnly.env} is an option of the post-renderer, not of the audit: ${AUDIT_RENDER_ONLY_WHY}`, { fix: `unset ${renderOnly.env} for the audit` });
     options = resolveOptions({ configPath: args.configPath, flags: args.flags }, io);
   } catch (error) {
     if (!(error instanceof PreflightError)) return internal(io, error);
@@ -151,22 +137,22 @@ export async function runAudit(argv: readonly string[], io: AuditIO): Promise<nu
   }
   let client: KubernetesClient | undefined;
   try {
-    const a = args.audit;
-    const connection = loadConnection({ kubeconfig: a['--kubeconfig'], context: a['--context'], credentialsDir: a['--kubernetes-credentials-dir'], env: io.env, readFile: io.readFile, exists: io.exists, home: io.home });
+    const a = (flag: string): string | undefined => args.audit.get(flag);
+    const connection = loadConnection({ kubeconfig: a('--kubeconfig'), context: a('--context'), credentialsDir: a('--kubernetes-credentials-dir'), env: io.env, readFile: io.readFile, exists: io.exists, home: io.home });
     client = new KubernetesClient(connection, { requestTimeoutMs: REQUEST_TIMEOUT_MS, env: io.env });
     const lookup = async (images: readonly string[]): Promise<RegistryAnswers> => {
       const registry = await import('../registry/index.js');
       return registry.lookupImageStarts(images, registryOptions(options, io.env));
     };
     const result = await auditCluster(client, {
-      namespace: a['--namespace'],
-      webhookConfiguration: a['--webhook-configuration'],
-      chunkSize: a['--chunk-size'] === undefined ? DEFAULT_CHUNK_SIZE : Number(a['--chunk-size']),
+      namespace: a('--namespace'),
+      webhookConfiguration: a('--webhook-configuration'),
+      chunkSize: a('--chunk-size') === undefined ? DEFAULT_CHUNK_SIZE : Number(a('--chunk-size')),
       options,
       lookup,
     });
     const target = { server: connection.server, credentials: connection.origin, context: connection.context };
-    io.stdout.write(a['--output'] === 'json' ? renderJson(result, target) : renderText(result, target));
+    io.stdout.write(a('--output') === 'json' ? renderJson(result, target) : renderText(result, target));
     return failing(result).length > 0 ? EXIT_UNPROTECTED : 0;
   } catch (error) {
     if (!(error instanceof PreflightError)) return internal(io, error);

@@ -5,11 +5,12 @@
  * (src/cli/launcher.ts, which passes through input with nothing to rewrite
  * without loading this application): then it hands over what it read.
  *
- * `vram-preflight webhook` and `vram-preflight audit` are other doors
- * (src/webhook/, src/audit/), each built into a file of its own next to the
- * launcher (<launcher stem>.webhook.cjs, <launcher stem>.audit.cjs,
- * scripts/build.mjs) and required from there for that command only: a
- * post-renderer run neither reads, compiles nor initialises any of it.
+ * `vram-preflight webhook` (and `admit`, its answer without a cluster) and
+ * `vram-preflight audit` are other doors (src/webhook/, src/audit/), each
+ * built into a file of its own next to the launcher (<launcher stem>.webhook.cjs,
+ * <launcher stem>.audit.cjs, scripts/build.mjs) and required from there for
+ * that command only: a post-renderer run neither reads, compiles nor
+ * initialises any of it.
  */
 import { existsSync, readFileSync, writeFileSync } from 'node:fs';
 import { basename, join } from 'node:path';
@@ -21,8 +22,8 @@ export { EXIT_WRITE_FAILED } from './process-io.js';
 
 const argv = process.argv.slice(2);
 
-if (argv[0] === 'webhook') {
-  startWebhook();
+if (argv[0] === 'webhook' || argv[0] === 'admit') {
+  startWebhook(argv[0]);
 } else if (argv[0] === 'audit') {
   startAudit();
 } else {
@@ -71,13 +72,16 @@ function requireDoor<T>(file: string, what: string): T | undefined {
   }
 }
 
-function startWebhook(): void {
+function internalError(error: unknown): void {
+  stderr.write(`vram-preflight: internal error: ${error instanceof Error ? error.stack : String(error)}\n`);
+  process.exitCode = 70;
+}
+
+function startWebhook(command: 'webhook' | 'admit'): void {
   const file = join(__dirname, __vram_preflight_webhook);
-  const webhook = requireDoor<{ runWebhook(argv: readonly string[]): Promise<void> }>(file, 'the webhook');
-  webhook?.runWebhook(argv.slice(1)).catch((error: unknown) => {
-    stderr.write(`vram-preflight: internal error: ${error instanceof Error ? error.stack : String(error)}\n`);
-    process.exitCode = 70;
-  });
+  const webhook = requireDoor<{ runWebhook(argv: readonly string[]): Promise<void>; runAdmitProcess(argv: readonly string[]): Promise<void> }>(file, 'the webhook');
+  if (!webhook) return;
+  (command === 'admit' ? webhook.runAdmitProcess(argv.slice(1)) : webhook.runWebhook(argv.slice(1))).catch(internalError);
 }
 
 /** `vram-preflight audit`: its output goes through the same stdout as a render's (a failed write: exit 74). */
@@ -85,10 +89,5 @@ function startAudit(): void {
   const file = join(__dirname, __vram_preflight_audit);
   type AuditDoor = { runAudit(argv: readonly string[], io: { stdout: typeof stdout; stderr: typeof stderr; env: NodeJS.ProcessEnv; readFile(path: string): string; exists(path: string): boolean; home?: string }): Promise<number> };
   const audit = requireDoor<AuditDoor>(file, 'the audit');
-  audit
-    ?.runAudit(argv.slice(1), { stdout, stderr, env: process.env, readFile: (path) => readFileSync(path, 'utf8'), exists: existsSync, home: process.env.HOME || undefined })
-    .then(finish, (error: unknown) => {
-      stderr.write(`vram-preflight: internal error: ${error instanceof Error ? error.stack : String(error)}\n`);
-      process.exitCode = 70;
-    });
+  audit?.runAudit(argv.slice(1), { stdout, stderr, env: process.env, readFile: (path) => readFileSync(path, 'utf8'), exists: existsSync, home: process.env.HOME || undefined }).then(finish, internalError);
 }

@@ -38,7 +38,11 @@ export interface Cluster {
 
 let cached: Cluster | undefined;
 
-/** The running control plane; brings it up (building it the first time) when it is not. */
+/**
+ * The running control plane; brings it up (building it the first time) when it is not.
+ * Webhook configurations are cluster-wide: those an earlier file (or an interrupted run)
+ * left behind would be called for this file's pods too, so each file starts without any.
+ */
 export function cluster(): Cluster {
   if (cached) return cached;
   const up = spawnSync('bash', [path.join(ROOT, 'scripts/cluster.sh'), 'up'], { encoding: 'utf8', stdio: ['ignore', 'pipe', 'pipe'], timeout: 40 * 60_000 });
@@ -53,6 +57,7 @@ export function cluster(): Cluster {
     api: vars.VRAM_PREFLIGHT_CLUSTER_API!,
     caCert: path.join(vars.VRAM_PREFLIGHT_CLUSTER_DIR!, 'pki/ca.crt'),
   };
+  kubectlOk(['delete', 'mutatingwebhookconfigurations,validatingwebhookconfigurations', '--all', '--wait=false']);
   return cached;
 }
 

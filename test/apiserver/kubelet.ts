@@ -69,10 +69,11 @@ export class FakeKubelet {
   private readonly id = Math.random().toString(36).slice(2, 6);
   private readonly pods = new Map<string, RunningPod>();
   private nextIp = 10;
-  /** The pods' /24 (RFC 5737 TEST-NET-3), checked unused by this machine's own network. */
-  private readonly net = podNet();
+  /** The pods' /24 (RFC 5737 TEST-NET-3), checked unused by this machine's own network at start. */
+  private readonly net = k.POD_NET;
   private timer: NodeJS.Timeout | undefined;
   private busy = false;
+  private stopped = false;
   readonly events: KubeletEvent[] = [];
   /** The first thing this kubelet could not do: it stops syncing, and waits report it. */
   failure: Error | undefined;
@@ -89,6 +90,7 @@ export class FakeKubelet {
   async start(): Promise<void> {
     requireRoot();
     FakeKubelet.removeStaleNetworks();
+    checkPodNetUnused();
     // uid 65532 (the chart's runAsUser) must read the bundle and the volumes.
     chmodSync(this.dir, 0o755);
     for (let d = path.dirname(this.bundle); d.startsWith(this.dir); d = path.dirname(d)) chmodSync(d, 0o755);
@@ -107,13 +109,18 @@ export class FakeKubelet {
   }
 
   async stop(): Promise<void> {
+    this.stopped = true;
     if (this.timer) clearInterval(this.timer);
+    while (this.busy) await k.sleep(20);
     for (const pod of this.pods.values()) {
       pod.child.kill('SIGKILL');
       await pod.exited;
       this.removeNetwork(pod);
     }
     this.pods.clear();
+    // Pods whose termination was still under way.
+    const namespaces = spawnSync('ip', ['netns', 'list'], { encoding: 'utf8' }).stdout;
+    for (const line of namespaces.split('\n')) if (line.startsWith(`vpt-${this.id}-`)) spawnSync('ip', ['netns', 'delete', line.split(' ')[0]!]);
     k.kubectl(['delete', 'node', this.node, '--wait=false']);
   }
 
@@ -123,7 +130,7 @@ export class FakeKubelet {
   }
 
   private async sync(): Promise<void> {
-    if (this.busy || this.failure) return;
+    if (this.busy || this.failure || this.stopped) return;
     this.busy = true;
     try {
       const list = await k.api('GET', `/api/v1/namespaces/${this.ns}/pods?labelSelector=${encodeURIComponent(this.selector)}`);
@@ -392,10 +399,9 @@ function quantity(q: string): number {
 }
 
 /** The pods' addresses: RFC 5737 TEST-NET-3, unless this machine's own network uses it. */
-function podNet(): string {
+function checkPodNetUnused(): void {
   const used = spawnSync('ip', ['-o', 'addr'], { encoding: 'utf8' }).stdout + spawnSync('ip', ['route'], { encoding: 'utf8' }).stdout;
   if (used.includes(`${k.POD_NET}.`)) throw new Error(`this machine's network already uses ${k.POD_NET}.0/24, the range the fake kubelet gives pods`);
-  return k.POD_NET;
 }
 
 /**

@@ -250,7 +250,7 @@ describe('vram-preflight audit against a real API server', () => {
   });
 
   it('exit 0 where every vLLM container on an NVIDIA GPU is protected; opted-out ones are listed, not failed', () => {
-    const run = audit(['--namespace', NS.quiet, '--webhook-configuration', MWC]);
+    const run = audit(['-n', NS.quiet, '--webhook-configuration', MWC]);
     expect(run.stderr).toBe('');
     expect(run.status).toBe(0);
     expect(run.stdout).toContain('3 pods; 2 containers run vLLM on an NVIDIA GPU: 1 protected, 0 not protected, 0 undetermined, 1 opted out');
@@ -418,7 +418,10 @@ describe('vram-preflight audit against a real API server', () => {
     for (const [args, extraEnv, message] of [
       [['--output', 'yaml'], {}, 'error USAGE: --output is "yaml"'],
       [['--bogus'], {}, 'error USAGE: unknown option --bogus'],
-      [['--report-file', 'x.json'], {}, 'error USAGE: unknown option --report-file: the audit writes no diagnostics or report file and reads no YAML'],
+      [['--report-file', 'x.json'], {}, 'error USAGE: option --report-file belongs to the post-renderer (vram-preflight --help), not to the audit: the audit writes no diagnostics or report file and reads no YAML'],
+      [['--namespce', 'ml'], {}, 'error USAGE: unknown option --namespce\n  fix: did you mean --namespace?'],
+      [['ml'], {}, 'error USAGE: unexpected argument "ml"'],
+      [[], { VRAM_PREFLIGHT_REPORT_FILE: 'x.json' }, 'error BAD_OPTION: VRAM_PREFLIGHT_REPORT_FILE is an option of the post-renderer, not of the audit'],
       [['--chunk-size', '0'], {}, 'error USAGE: --chunk-size is "0"'],
       [['--timeout-seconds', 'soon'], {}, 'error BAD_OPTION'],
       [[], { VRAM_PREFLIGHT_BOGUS: '1' }, 'error BAD_OPTION: unknown environment variable VRAM_PREFLIGHT_BOGUS'],

@@ -5,6 +5,8 @@
  */
 import { describe, expect, it } from 'vitest';
 import { notWrappedReason } from '../../src/audit/classify.js';
+import { imageEntryFix } from '../../src/core/index.js';
+import { NOT_WRAPPED_LIMIT, notWrappedAnnotation } from '../../src/webhook/admission.js';
 import { describeRequirement, labelChange, rulesCoverPodCreate, unmet } from '../../src/audit/selection.js';
 
 describe('label selectors', () => {
@@ -61,7 +63,27 @@ describe('webhook rules', () => {
 
 describe('the not-wrapped annotation, per container', () => {
   const names = ['prefill', 'decode', 'sidecar'];
-  it('cuts at the pod\'s container names, whatever "; " a reason holds', () => {
+  it('reads what the webhook writes (0.4.0: a block per container, its fix indented under it)', () => {
+    const annotation = notWrappedAnnotation([
+      { container: 'prefill', reason: 'the container gives no command, so it runs the image\'s ENTRYPOINT, which is not known for sure; really', fix: { entry: imageEntryFix('registry.example.com/ml/vllm:team-7', true, false) } },
+      { container: 'decode', reason: 'DRA ResourceClaimTemplate gpu: HTTP 403; so it cannot tell', fix: { text: 'grant get on resourceclaimtemplates' } },
+    ]);
+    expect(annotation.split('\n').length).toBeGreaterThan(4);
+    expect(notWrappedReason(annotation, 'prefill', names)).toBe("the container gives no command, so it runs the image's ENTRYPOINT, which is not known for sure; really");
+    expect(notWrappedReason(annotation, 'decode', names)).toBe('DRA ResourceClaimTemplate gpu: HTTP 403; so it cannot tell');
+    expect(notWrappedReason(annotation, 'sidecar', names)).toBeUndefined();
+  });
+
+  it('a container past the annotation\'s limit: its reason is in the webhook\'s log, and it is said so', () => {
+    const many = Array.from({ length: 40 }, (_, i) => ({ container: `c${i}`, reason: `reason ${i} ${'x'.repeat(150)}` }));
+    const annotation = notWrappedAnnotation(many);
+    expect(annotation.length).toBeLessThanOrEqual(NOT_WRAPPED_LIMIT);
+    const all = many.map((m) => m.container);
+    expect(notWrappedReason(annotation, 'c0', all)).toBe(`reason 0 ${'x'.repeat(150)}`);
+    expect(notWrappedReason(annotation, 'c39', all)).toBe("its reason did not fit in the annotation (the webhook's log has it)");
+  });
+
+  it('0.3.0\'s one line: cuts at the pod\'s container names, whatever "; " a reason holds', () => {
     const annotation = 'prefill: DRA ResourceClaimTemplate gpu: HTTP 403; DRA ResourceClaim x: not found, so it cannot tell; decode: the start of its image is known only to its registry';
     expect(notWrappedReason(annotation, 'prefill', names)).toBe('DRA ResourceClaimTemplate gpu: HTTP 403; DRA ResourceClaim x: not found, so it cannot tell');
     expect(notWrappedReason(annotation, 'decode', names)).toBe('the start of its image is known only to its registry');

@@ -145,11 +145,11 @@ describe('the webhook image', () => {
 
   it("serves HTTPS with the chart's generated certificate and config, started as the chart's Deployment starts it", async () => {
     // What the kubelet would mount: the chart's Secret and ConfigMap, at the Deployment's mount paths.
-    type Obj = { kind: string; data: Record<string, string>; spec: { template: { spec: { containers: { args: string[]; volumeMounts: { name: string; mountPath: string }[] }[] } } } };
+    type Obj = { kind: string; metadata: { name: string }; data: Record<string, string>; spec: { template: { spec: { containers: { args: string[]; volumeMounts: { name: string; mountPath: string }[] }[] } } } };
     const rendered = spawnSync(path.join(ROOT, '.cache/helm/v3/helm'), ['template', 'gate', path.join(ROOT, 'deploy/webhook'), '--namespace', 'vram-preflight', '--set', 'config.timeoutSeconds=600'], { encoding: 'utf8' });
     expect(rendered.status).toBe(0);
     const objs = parseAllDocuments(rendered.stdout).map((d) => d.toJS() as Obj);
-    const secret = objs.find((o) => o.kind === 'Secret')!;
+    const secret = objs.find((o) => o.kind === 'Secret' && o.metadata.name.endsWith('-tls'))!;
     const configMap = objs.find((o) => o.kind === 'ConfigMap')!;
     const container = objs.find((o) => o.kind === 'Deployment')!.spec.template.spec.containers[0]!;
     const mount = (name: string) => path.join(rootfs, container.volumeMounts.find((m) => m.name === name)!.mountPath);
