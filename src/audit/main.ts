@@ -16,8 +16,8 @@
  * (scripts/build.mjs: <launcher stem>.audit.cjs): a render never reads it.
  */
 import { resolveOptions } from '../config/load.js';
-import { AUDIT_RENDER_ONLY_WHY, isRenderOnlyKey, optionHelp, parseCommandLine, type FlagRow } from '../config/flags.js';
-import { CONFIG_FLAG, SCALAR_OPTIONS, type Options } from '../config/sources.js';
+import { AUDIT_RENDER_ONLY_WHY, optionHelp, parseCommandLine, renderOnlyVariable, wrapOptions, type FlagRow } from '../config/flags.js';
+import type { Options } from '../config/sources.js';
 import { quoteBounded } from '../config/suggest.js';
 import { escapeControl, PreflightError } from '../core/errors.js';
 import { VERSION } from '../core/version.js';
@@ -81,11 +81,7 @@ interface ParsedAuditArgs {
 function parseAuditArgs(argv: readonly string[]): ParsedAuditArgs {
   const line = parseCommandLine(argv, 'audit', AUDIT_ROWS);
   if (line.words.length) throw new PreflightError('USAGE', `unexpected argument ${quoteBounded(line.words[0])}`, { fix: 'the audit takes options only; see vram-preflight audit --help' });
-  const parsed: ParsedAuditArgs = { stop: line.stop, audit: line.door, flags: [] };
-  for (const { flag, value } of line.wrap) {
-    if (flag === CONFIG_FLAG) parsed.configPath = value;
-    else parsed.flags.push({ flag, value });
-  }
+  const parsed: ParsedAuditArgs = { stop: line.stop, audit: line.door, ...wrapOptions(line) };
   const output = parsed.audit.get('--output');
   if (output !== undefined && output !== 'text' && output !== 'json') throw new PreflightError('USAGE', `--output is ${quoteBounded(output)}`, { fix: 'use --output text or --output json' });
   const chunk = parsed.audit.get('--chunk-size');
@@ -127,8 +123,8 @@ export async function runAudit(argv: readonly string[], io: AuditIO): Promise<nu
       return 0;
     }
     // A render's option in the environment would be read and then do nothing: said instead, as the webhook does.
-    const renderOnly = SCALAR_OPTIONS.find((o) => isRenderOnlyKey(o.key) && io.env[o.env] !== undefined);
-    if (renderOnly) throw new PreflightError('BAD_OPTION', `${renderOnly.env} is an option of the post-renderer, not of the audit: ${AUDIT_RENDER_ONLY_WHY}`, { fix: `unset ${renderOnly.env} for the audit` });
+    const renderOnly = renderOnlyVariable(io.env);
+    if (renderOnly) throw new PreflightError('BAD_OPTION', `${renderOnly} is an option of the post-renderer, not of the audit: ${AUDIT_RENDER_ONLY_WHY}`, { fix: `unset ${renderOnly} for the audit` });
     options = resolveOptions({ configPath: args.configPath, flags: args.flags }, io);
   } catch (error) {
     if (!(error instanceof PreflightError)) return internal(io, error);

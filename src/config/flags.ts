@@ -142,6 +142,19 @@ function findRow(flag: string, door: Door, own: readonly FlagRow[]): FlagRow {
   });
 }
 
+/** The wrap's options of a command line as src/config takes them: the config file apart, the other flags as given. */
+export function wrapOptions(line: ParsedCommandLine): { configPath?: string; flags: { flag: string; value: string }[] } {
+  const flags = line.wrap.filter((f) => f.flag !== CONFIG_FLAG);
+  // The last --config wins, as for every other option.
+  const configPath = line.wrap.reduce<string | undefined>((last, f) => (f.flag === CONFIG_FLAG ? f.value : last), undefined);
+  return configPath === undefined ? { flags } : { configPath, flags };
+}
+
+/** A render-only option set in the environment, which another door would read and then do nothing with (said at start instead). */
+export function renderOnlyVariable(env: Readonly<Record<string, string | undefined>>): string | undefined {
+  return SCALAR_OPTIONS.find((o) => RENDER_ONLY_KEYS.has(o.key) && env[o.env] !== undefined)?.env;
+}
+
 /**
  * A door's options as help lines: flag and value, what it does, its
  * environment variable. `defaults` fills `(default N)` for rows that name one.
