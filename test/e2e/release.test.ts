@@ -262,7 +262,8 @@ describe('npm run release', () => {
   it('the npm package (npm pack) holds the bundle, the Node.js check, plugin.yaml, the schemas, CHANGELOG, README and docs', () => {
     const entries = tarEntries(path.join(out1, NPM_TGZ)).filter((e) => e.type === '0');
     const names = entries.map((e) => e.name.replace(/^package\//, '')).sort();
-    const docs = readdirSync(path.join(ROOT, 'docs')).map((d) => `docs/${d}`);
+    // Every file under docs/, docs/examples/ included (npm lists files, not directories).
+    const docs = (readdirSync(path.join(ROOT, 'docs'), { recursive: true }) as string[]).filter((d) => statSync(path.join(ROOT, 'docs', d)).isFile()).map((d) => `docs/${d}`);
     expect(names).toEqual(
       ['README.md', 'bin/node-version-guard.cjs', 'dist/vram-preflight.app.js', 'dist/vram-preflight.cjs', 'dist/vram-preflight.webhook.cjs', 'dist/vram-preflight.audit.cjs', 'package.json', 'plugin.yaml', 'src/audit.schema.json', 'src/config.schema.json', 'src/report.schema.json', 'CHANGELOG.md', ...docs].sort(),
     );
