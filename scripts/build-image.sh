@@ -85,6 +85,8 @@ case $target in
   argocd-cmp)
     app=/opt/vram-preflight
     [ -x .cache/helm/v3/helm ] || { echo "build-image: no .cache/helm/v3/helm; run scripts/fetch-helm.sh first" >&2; exit 1; }
+    # The helm the sidecar runs is the pinned binary (by sha256), not whatever says it is v3.17.2.
+    bash scripts/fetch-helm.sh --check 3
     install -D -m 0755 .cache/helm/v3/helm "$rootfs/usr/local/bin/helm"
     # What generate.sh and init.sh run besides node, helm and vram-preflight.
     for tool in bash env grep mktemp rm dirname cat; do
