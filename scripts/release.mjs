@@ -75,7 +75,7 @@ import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { parse as parseYaml, stringify as stringifyYaml } from 'yaml';
-import { DIST_FILES, listTree, makeTarGz, packagePlugin, PLUGIN_NAME, root, sourceDateEpoch } from './package-plugin.mjs';
+import { DIST_FILES, listTree, makeTarGz, packagePlugin, PLUGIN_NAME, PLUGIN_YAML_SOURCE, repoSource, root, sourceDateEpoch } from './package-plugin.mjs';
 
 class UsageError extends Error {}
 
@@ -236,7 +236,8 @@ function npmPack(stageDir, destDir, version) {
   const distPaths = new Set(DIST_FILES.map((f) => `dist/${f}`));
   for (const entry of pkg.files) {
     if (distPaths.has(entry) || entry === 'dist') continue;
-    const from = path.join(root, entry);
+    // plugin.yaml at the top of the package (a Helm 4 plugin directory) comes from helm-plugin/plugin.yaml.
+    const from = path.join(root, repoSource(entry));
     if (!existsSync(from)) throw new Error(`package.json "files" lists ${entry}, which is not in the checkout`);
     cpSync(from, path.join(pkgDir, entry), { recursive: true });
   }
@@ -382,7 +383,7 @@ export async function release(opts) {
     let signTime;
     if (opts.sign) {
       signTime = Math.max(epoch, key.created);
-      const pluginYamlText = readFileSync(path.join(root, 'plugin.yaml'), 'utf8');
+      const pluginYamlText = readFileSync(path.join(root, PLUGIN_YAML_SOURCE), 'utf8');
       sign(opts, key.fingerprint, provenanceMessage(pluginYamlText, archiveName, readFileSync(archive)), `${archive}.prov`, signTime);
       writeFileSync(path.join(opts.out, `${PLUGIN_NAME}-release-key.gpg`), gpg(opts, ['--export', '--', key.fingerprint], 'exporting the public key'));
     }

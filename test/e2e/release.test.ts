@@ -158,18 +158,18 @@ describe('npm run release', () => {
     expect(clean.stdout).not.toContain('UNCOMMITTED');
     expect(readdirSync(path.join(clone, 'dist/release'))).toContain(PROV);
 
-    writeFileSync(path.join(clone, 'plugin.yaml'), `${readFileSync(path.join(clone, 'plugin.yaml'), 'utf8')}# local edit\n`);
+    writeFileSync(path.join(clone, 'helm-plugin/plugin.yaml'), `${readFileSync(path.join(clone, 'helm-plugin/plugin.yaml'), 'utf8')}# local edit\n`);
     const dirty = release(path.join(clone, 'dist/release'), [], clone);
     expect(dirty.status).toBe(2);
     expect(dirty.stderr).toContain('uncommitted changes');
-    expect(dirty.stderr).toContain('plugin.yaml');
+    expect(dirty.stderr).toContain('helm-plugin/plugin.yaml');
   });
 
-  it('package.json, plugin.yaml, src/core/version.ts and the Argo CD plugin (spec.version, ConfigMap, image tag) carry one version', () => {
+  it('package.json, helm-plugin/plugin.yaml, src/core/version.ts and the Argo CD plugin (spec.version, ConfigMap, image tag) carry one version', () => {
     const read = (rel: string) => readFileSync(path.join(ROOT, rel), 'utf8');
     type Obj = Record<string, any>;
     expect(JSON.parse(read('package.json')).version).toBe(V);
-    expect((parseYaml(read('plugin.yaml')) as Obj).version).toBe(V);
+    expect((parseYaml(read('helm-plugin/plugin.yaml')) as Obj).version).toBe(V);
     expect(read('src/core/version.ts')).toContain(`VERSION = '${V}'`);
     expect((parseYaml(read('deploy/argocd/plugin.yaml')) as Obj).spec.version).toBe(`v${V}`);
     const cm = parseYaml(read('deploy/argocd/cmp-plugin-configmap.yaml')) as Obj;
@@ -650,7 +650,7 @@ describe('Node.js missing or older than 20', () => {
   });
 
   it('with Node.js 20+ the check costs no extra process: the plugin runs `node -r <check> <bundle>`', () => {
-    const plugin = parseYaml(readFileSync(path.join(ROOT, 'plugin.yaml'), 'utf8')) as { runtimeConfig: { platformCommand: Array<{ command: string; args: string[] }> } };
+    const plugin = parseYaml(readFileSync(path.join(ROOT, 'helm-plugin/plugin.yaml'), 'utf8')) as { runtimeConfig: { platformCommand: Array<{ command: string; args: string[] }> } };
     expect(plugin.runtimeConfig.platformCommand).toEqual([
       { command: 'node', args: ['-r', '${HELM_PLUGIN_DIR}/bin/node-version-guard.cjs', '${HELM_PLUGIN_DIR}/dist/vram-preflight.cjs'] },
     ]);
