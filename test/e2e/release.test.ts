@@ -508,7 +508,9 @@ async function startServer(): Promise<void> {
       res.writeHead(404).end('not found');
       return;
     }
-    res.writeHead(200, { 'content-type': 'application/octet-stream' }).end(readFileSync(file));
+    // As a web server would: .tgz as application/gzip, but GitHub-style octet-stream under /octet-stream/.
+    const type = rel.endsWith('.tgz') && !rel.startsWith('/octet-stream/') ? 'application/gzip' : 'application/octet-stream';
+    res.writeHead(200, { 'content-type': type }).end(readFileSync(file));
   });
   await new Promise<void>((resolve) => server!.listen(0, '127.0.0.1', resolve));
   baseUrl = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
@@ -525,9 +527,11 @@ async function helmAsync(args: string[], env: NodeJS.ProcessEnv): Promise<Run> {
   }
 }
 
+// One server for the URL tests of both Helm versions.
+beforeAll(startServer);
+afterAll(() => new Promise<void>((resolve) => (server ? server.close(() => resolve()) : resolve())));
+
 describe('helm 4 plugin install <URL>', () => {
-  beforeAll(startServer);
-  afterAll(() => new Promise<void>((resolve) => (server ? server.close(() => resolve()) : resolve())));
 
   it('https://…/vram-preflight-<version>.tgz: fetches URL + ".prov", verifies, installs', async () => {
     mkdirSync(path.join(served, 'v1'));
@@ -558,34 +562,82 @@ describe('helm 4 plugin install <URL>', () => {
     expect(t.stderr).toContain('sha256 sum does not match');
   });
 
-  it('a git URL: refused under default verification; with --verify=false the install hook says the bundle is missing and points to the release archive, and so does every render', async () => {
-    // The repository as committed (plugin.yaml and bin/, no dist/), served over
-    // git's "dumb" HTTP protocol. (Helm 4.1.4 cannot detect a VCS in a file:// URL.)
-    const bare = path.join(served, 'vram-preflight.git');
-    runOk('git', ['clone', '--quiet', '--bare', '--no-hardlinks', ROOT, bare]);
-    runOk('git', ['--git-dir', bare, 'update-server-info']);
-    const url = `${baseUrl}/vram-preflight.git`;
-
+  it('a git URL: refused under default verification, and with --verify=false (the repository has no plugin.yaml at its top): nothing installed', async () => {
+    const url = gitUrl();
     const env = helmEnv();
     const strict = await helmAsync(['plugin', 'install', url], env);
     expect(strict.status).not.toBe(0);
     expect(strict.stderr).toContain('plugin source does not support verification. Use --verify=false to skip verification');
-    expect(existsSync(path.join(env.HELM_DATA_HOME, 'plugins'))).toBe(false);
-
     const loose = await helmAsync(['plugin', 'install', url, '--verify=false'], env);
     expect(loose.status).not.toBe(0);
-    expect(loose.stderr).toContain('vram-preflight: the plugin has no bundle');
-    expect(loose.stderr).toContain(`helm plugin install <release URL or file>/vram-preflight-${V}.tgz`);
-    expect(loose.stderr).toContain('Error: plugin install hook for "vram-preflight" exited with error');
-    // Helm keeps what it copied (as plugins/vram-preflight.git), so the plugin is listed...
-    expect((await helmAsync(['plugin', 'list'], env)).stdout).toMatch(/^vram-preflight\s/m);
-    // ...and a render fails with the same words, through Helm's YAML error (Helm 4 drops a plugin's stderr).
-    const render = await helmAsync(['template', 'zoo', CHART, '--post-renderer', 'vram-preflight'], env);
-    expect(render.status).not.toBe(0);
-    expect(render.stdout).toBe('');
-    expect(render.stderr).toContain('node contents:\n# vram-preflight: the plugin has no bundle');
-    expect(render.stderr).toContain(`vram-preflight-${V}.tgz`);
-    expect((await helmAsync(['plugin', 'uninstall', 'vram-preflight'], env)).status).toBe(0);
+    expect(loose.stderr).toContain('plugin metadata (plugin.yaml) missing');
+    const plugins = path.join(env.HELM_DATA_HOME, 'plugins');
+    expect(existsSync(plugins) ? readdirSync(plugins) : []).toEqual([]);
+  });
+});
+
+/** The repository as committed, served over git's "dumb" HTTP protocol (Helm cannot detect a VCS in a file:// URL). */
+let servedGit: string | undefined;
+function gitUrl(): string {
+  if (!servedGit) {
+    const bare = path.join(served, 'vram-preflight.git');
+    runOk('git', ['clone', '--quiet', '--bare', '--no-hardlinks', ROOT, bare]);
+    runOk('git', ['--git-dir', bare, 'update-server-info']);
+    servedGit = `${baseUrl}/vram-preflight.git`;
+  }
+  return servedGit;
+}
+
+// Helm 3 users `helm plugin install <URL>` out of habit (helm-diff, helm-secrets). Helm 3 cannot load
+// a postrenderer/v1 plugin.yaml, and one it linked anyway broke `helm plugin list` for every plugin.
+// Every way in is refused before anything is installed; docs/install.md says what Helm 3 takes instead.
+describe('helm 3 plugin install <URL>: refused before it installs anything, and the other plugins stay', () => {
+  async function helm3(args: string[], env: NodeJS.ProcessEnv): Promise<Run> {
+    try {
+      const r = await execFileP(HELM[3], args, { env, encoding: 'utf8' });
+      return { status: 0, stdout: r.stdout, stderr: r.stderr };
+    } catch (e) {
+      const err = e as { code?: number; stdout?: string; stderr?: string };
+      return { status: typeof err.code === 'number' ? err.code : 1, stdout: err.stdout ?? '', stderr: err.stderr ?? '' };
+    }
+  }
+  /** A Helm 3 data directory with another plugin in it, as a user's would be. */
+  function withOtherPlugin(): NodeJS.ProcessEnv & { HELM_DATA_HOME: string } {
+    const env = helmEnv();
+    const other = path.join(env.HELM_DATA_HOME, 'plugins', 'other');
+    mkdirSync(other, { recursive: true });
+    writeFileSync(path.join(other, 'plugin.yaml'), 'name: other\nversion: 1.0.0\nusage: another plugin\ndescription: another plugin\ncommand: echo\n');
+    return env;
+  }
+
+  it.each([
+    ['the git URL of the repository', () => gitUrl(), 'plugin metadata (plugin.yaml) missing'],
+    // Served as application/gzip, Helm 3 downloads and unpacks it: plugin.yaml is one directory down (Helm 4's archive layout).
+    ['the release archive from a server that says application/gzip', () => `${baseUrl}/gzip/${ARCHIVE}`, 'plugin metadata (plugin.yaml) missing'],
+    // Served as application/octet-stream (GitHub release assets), Helm 3.17 takes it for a VCS.
+    ['the release archive from a server that says application/octet-stream', () => `${baseUrl}/octet-stream/${ARCHIVE}`, 'Cannot detect VCS'],
+    ['the release archive as a file', () => path.join(out1, ARCHIVE), 'expected plugin to be a folder'],
+  ])('%s', async (_what, source, message) => {
+    for (const dir of ['octet-stream', 'gzip']) {
+      mkdirSync(path.join(served, dir), { recursive: true });
+      copyFileSync(path.join(out1, ARCHIVE), path.join(served, dir, ARCHIVE));
+    }
+    const env = withOtherPlugin();
+    const r = await helm3(['plugin', 'install', source()], env);
+    expect(r.status).not.toBe(0);
+    expect(r.stderr).toContain(message);
+    expect(readdirSync(path.join(env.HELM_DATA_HOME, 'plugins'))).toEqual(['other']);
+    const list = await helm3(['plugin', 'list'], env);
+    expect(list.status, list.stderr).toBe(0);
+    expect(list.stdout).toMatch(/^other\s+1\.0\.0/m);
+  });
+
+  it("docs/install.md says so, and what Helm 3 takes instead: the executable as --post-renderer", () => {
+    const doc = readFileSync(path.join(ROOT, 'docs/install.md'), 'utf8');
+    const section = doc.slice(doc.indexOf('## Helm 3'), doc.indexOf('\n## ', doc.indexOf('## Helm 3') + 5));
+    expect(section).toContain('helm plugin install');
+    expect(section).toContain('plugin metadata (plugin.yaml) missing');
+    expect(section).toContain('--post-renderer vram-preflight');
   });
 });
 
