@@ -198,7 +198,7 @@ describe('npm run release', () => {
       ['docs/detection.md', /`0\.14\.1rc1` < `0\.14\.1` < `0\.14\.1\.1`/, "how vLLM's Python versions order"],
       ['docs/webhook.md', /Prometheus text format 0\.0\.4/, "Prometheus' exposition format version"],
       ['*', /\(since 0\.\d+\.\d+\)/, 'history: when something was introduced'],
-      ['docs/gpu-results.md', /the 0\.3\.0 script/, 'dated GPU runs of the 0.3.0 preflight script'],
+      ['docs/gpu-results.md', /[Tt]he 0\.3\.0 script/, 'dated GPU runs of the 0.3.0 preflight script'],
       ['docs/webhook.md', /A 0\.3\.0 install/, 'taking over what a 0.3.0 install left in the cluster'],
       ['deploy/webhook/templates/webhook.yaml', /0\.3\.0 kept only/, 'taking over what a 0.3.0 install left in the cluster'],
     ];
