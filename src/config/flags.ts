@@ -45,6 +45,15 @@ export function isRenderOnlyKey(key: string): boolean {
   return RENDER_ONLY_KEYS.has(key);
 }
 
+/** A render's option in the environment of a door that is not the render would be read and then do nothing: refused instead. */
+export function refuseRenderOnlyEnv(env: Readonly<Record<string, string | undefined>>, door: Exclude<Door, 'render'>): void {
+  const renderOnly = SCALAR_OPTIONS.find((o) => RENDER_ONLY_KEYS.has(o.key) && env[o.env] !== undefined);
+  if (renderOnly) {
+    const name = door === 'webhook' ? 'the webhook' : 'admit';
+    throw new PreflightError('BAD_OPTION', `${renderOnly.env} is an option of the post-renderer, not of ${name}: ${RENDER_ONLY_WHY}`, { fix: `remove ${renderOnly.env} from the environment of ${name}` });
+  }
+}
+
 const WRAP_ROWS: readonly FlagRow[] = [
   { flag: CONFIG_FLAG, value: 'FILE', env: CONFIG_ENV, help: 'YAML or JSON config file (schema: config.schema.json)', doors: ['render', 'webhook', 'admit', 'audit'], kind: 'wrap' },
   ...SCALAR_OPTIONS.map((o): FlagRow => ({ flag: o.flag, value: 'VALUE', env: o.env, help: o.help, doors: RENDER_ONLY_KEYS.has(o.key) ? ['render'] : ['render', 'webhook', 'admit', 'audit'], kind: 'wrap' })),

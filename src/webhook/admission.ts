@@ -236,7 +236,9 @@ export async function admit(text: string, deps: AdmissionDependencies): Promise<
   }
   const reviewIn = asObject(body);
   if (!reviewIn || reviewIn.kind !== 'AdmissionReview' || reviewIn.apiVersion !== REVIEW_VERSION) {
-    return invalid(`the body is not an AdmissionReview ${REVIEW_VERSION} (apiVersion ${JSON.stringify(reviewIn?.apiVersion)}, kind ${JSON.stringify(reviewIn?.kind)}); register the webhook with admissionReviewVersions: [v1]`);
+    // A bare object (someone trying the webhook with curl): say where its answer is.
+    const bare = typeof reviewIn?.kind === 'string' && reviewIn.kind !== 'AdmissionReview' ? `; for what the webhook would do to a ${reviewIn.kind} without a review: vram-preflight admit < ${reviewIn.kind.toLowerCase()}.yaml (docs/webhook.md, "Try it without a cluster")` : '';
+    return invalid(`the body is not an AdmissionReview ${REVIEW_VERSION} (apiVersion ${JSON.stringify(reviewIn?.apiVersion)}, kind ${JSON.stringify(reviewIn?.kind)}); register the webhook with admissionReviewVersions: [v1]${bare}`);
   }
   const request = asObject(reviewIn.request);
   const uid = request?.uid;

@@ -4,8 +4,8 @@
  * port 0 and read the port), JSON log lines on stderr, SIGTERM/SIGINT drain
  * and exit 0. Loaded by src/cli/bin.ts only for this command.
  */
-import { CONFIG_FLAG, SCALAR_OPTIONS } from '../config/sources.js';
-import { isRenderOnlyKey, optionHelp, parseCommandLine, RENDER_ONLY_WHY, type FlagRow } from '../config/flags.js';
+import { CONFIG_FLAG } from '../config/sources.js';
+import { optionHelp, parseCommandLine, refuseRenderOnlyEnv, type FlagRow } from '../config/flags.js';
 import { quoteBounded } from '../config/suggest.js';
 import { PreflightError } from '../core/errors.js';
 import { VERSION } from '../core/version.js';
@@ -112,11 +112,7 @@ export function processSettings(argv: readonly string[], io: WebhookIO): { serve
     io.stdout.write(`${VERSION}\n`);
     return undefined;
   }
-  // A render's option in the webhook's environment would be read and then do nothing: said at start instead.
-  const renderOnly = SCALAR_OPTIONS.find((o) => isRenderOnlyKey(o.key) && io.env[o.env] !== undefined);
-  if (renderOnly) {
-    throw new PreflightError('BAD_OPTION', `${renderOnly.env} is an option of the post-renderer, not of the webhook: ${RENDER_ONLY_WHY}`, { fix: `remove ${renderOnly.env} from the webhook's environment` });
-  }
+  refuseRenderOnlyEnv(io.env, 'webhook');
   const w = (flag: string): string | undefined => args.webhook.get(flag);
   const certFile = w('--tls-cert-file');
   const keyFile = w('--tls-key-file');

@@ -7,6 +7,7 @@
  * containers here) with nothing from this machine but the kernel.
  */
 import { execFile, spawn, spawnSync } from 'node:child_process';
+import { createHash } from 'node:crypto';
 import { cpSync, copyFileSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import https from 'node:https';
 import { tmpdir } from 'node:os';
@@ -223,6 +224,19 @@ describe('the Argo CD sidecar image', () => {
     expect(version.stdout.trim()).toBe(VERSION);
     const helm = inRootfs(rootfs, '999:999', envOf(config), ['helm', 'version', '--template', '{{.Version}}']);
     expect(helm.stdout).toMatch(/^v3\./);
+  });
+
+  it('its helm is the binary scripts/fetch-helm.sh pins by sha256, and the build refuses any other', () => {
+    const pinned = /^ {4}3\) echo "\S+ \S+ v3\.\S+ ([0-9a-f]{64})" ;;$/m.exec(readFileSync(path.join(ROOT, 'scripts/fetch-helm.sh'), 'utf8'))![1]!;
+    expect(createHash('sha256').update(readFileSync(path.join(rootfs, 'usr/local/bin/helm'))).digest('hex')).toBe(pinned);
+    // A cached helm that is not those bytes (but may well say it is v3.17.2) is refused.
+    const cache = path.join(work, 'helm-cache');
+    mkdirSync(path.join(cache, 'v3'), { recursive: true });
+    writeFileSync(path.join(cache, 'v3/helm'), Buffer.concat([readFileSync(path.join(ROOT, '.cache/helm/v3/helm')), Buffer.from('x')]));
+    const check = spawnSync('bash', [path.join(ROOT, 'scripts/fetch-helm.sh'), '--check', '3'], { encoding: 'utf8', env: { ...process.env, HELM_BIN_CACHE: cache } });
+    expect(check.status).toBe(1);
+    expect(check.stderr).toContain(`is not the pinned helm (sha256 ${pinned})`);
+    expect(spawnSync('bash', [path.join(ROOT, 'scripts/fetch-helm.sh'), '--check', '3']).status).toBe(0);
   });
 
   it('renders a chart through generate.sh inside its root filesystem, as argocd-cmp-server would run it', () => {

@@ -352,6 +352,8 @@ describe.each(Object.keys(HELMS) as Helm[])('helm %s', (which) => {
         const ca = only(all, 'Certificate', `${FULLNAME}-ca`);
         expect(caIssuer.spec.ca.secretName).toBe(ca.spec.secretName);
         expect(ca.spec.isCA).toBe(true);
+        // Renewed with the same key: what it signed before stays valid against the renewed CA.
+        expect(ca.spec.privateKey.rotationPolicy).toBe('Never');
         expect(only(all, 'Issuer', ca.spec.issuerRef.name).spec).toEqual({ selfSigned: {} });
       });
     }
