@@ -21,8 +21,13 @@ interface AjvError {
 
 export function validateConfig(value: unknown): SchemaError[] {
   if ((validate as (v: unknown) => boolean)(value)) return [];
-  const errors = ((validate as { errors?: AjvError[] }).errors ?? []) as AjvError[];
+  const all = ((validate as { errors?: AjvError[] }).errors ?? []) as AjvError[];
+  // A oneOf's own "must match exactly one schema" says nothing its branches' errors do not.
+  const errors = all.filter((e) => e.keyword !== 'oneOf' || !all.some((o) => o !== e && o.instancePath === e.instancePath));
   return errors.map((error) => {
+    if (error.keyword === 'const') {
+      return { path: error.instancePath, message: `must be ${JSON.stringify(error.params.allowedValue)}` };
+    }
     if (error.keyword === 'additionalProperties') {
       return { path: error.instancePath, message: `has an unknown key "${String(error.params.additionalProperty)}"` };
     }

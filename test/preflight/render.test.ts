@@ -56,7 +56,9 @@ describe('renderPreflightScript text', () => {
 
   it('writes the settings into one readable line', () => {
     const s = renderPreflightScript(variants[2]!);
-    expect(s).toContain('util=0.05 headroom_mib=1024 timeout_s=900 poll_s=0.25 log_s=5 on_unavailable=warn smi_limit_s=10\n');
+    expect(s).toContain('util=0.05 headroom_mib=1024 context_mib=768 context_several_mib=1536 timeout_s=900 poll_s=0.25 log_s=5 on_unavailable=warn smi_limit_s=10\n');
+    expect(renderPreflightScript({ ...variants[2]!, contextMiB: 2000 })).toContain(' context_mib=2000 context_several_mib=2000 ');
+    expect(renderPreflightScript({ ...variants[2]!, contextMiB: 0 })).toContain(' context_mib=0 context_several_mib=0 ');
     expect(s).toContain('msg_file=/dev/termination-log\n');
   });
 
@@ -77,10 +79,11 @@ describe('renderPreflightScript text', () => {
   });
 
   // 14 KiB since 0.2.x: killing what a hung query started, and reading past it, cost 1.6 KiB
-  it('stays small: under 14 KiB (an arg of every wrapped container), comments under a third of the shell lines', () => {
+  // 0.4.0 grew it by 3 KiB (vLLM's own rule, MIG, the sweep of what a query leaves behind)
+  it('stays small: under 16 KiB (an arg of every wrapped container), comments under a third of the shell lines', () => {
     for (const v of variants) {
       const s = renderPreflightScript(v);
-      expect(s.length).toBeLessThan(14 * 1024);
+      expect(s.length).toBeLessThan(16 * 1024);
       const lines = s.split('\n');
       expect(lines.filter((l) => l.startsWith('#')).length).toBeLessThanOrEqual(45);
     }
@@ -369,26 +372,32 @@ print(json.dumps(out))`;
   });
 });
 
-describe('need = ceil(total x utilization) + headroom, integer-exact', () => {
+describe("need = vLLM's request, ceil((total - reserved) x utilization), + context + headroom, integer-exact", () => {
   const awks: Array<[string, string[]]> = [
     ['awk (system)', ['awk']],
     ['busybox awk', [BUSYBOX, 'awk']],
   ];
+  const FIELDS = 'index,uuid,memory.total,memory.free,mig.mode.current,memory.reserved';
 
-  function exactNeed(total: number, util: string, headroom: number): bigint {
+  /** vLLM's request (ceil(ct x u)) and the preflight's need, cut to what the GPU can have free; undefined: never. */
+  function exactNeed(total: number, reserved: number, util: string, context: number, headroom: number): bigint | undefined {
     const [i, f = ''] = util.split('.');
     const den = 10n ** BigInt(f.length);
     const num = BigInt(i!) * den + BigInt(f || '0');
-    const x = BigInt(total) * num;
-    return (x + den - 1n) / den + BigInt(headroom);
+    const ct = BigInt(total - reserved);
+    const request = (ct * num + den - 1n) / den;
+    if (request >= ct) return undefined;
+    const need = request + BigInt(context) + BigInt(headroom);
+    return need > ct - 1n ? ct - 1n : need;
   }
 
-  function awkNeed(awk: string[], program: string, total: number, util: string, headroom: number): bigint {
+  function awkNeed(awk: string[], program: string, total: number, reserved: number, util: string, context: number, headroom: number): bigint | undefined {
     const r = spawnSync(
       awk[0]!,
-      [...awk.slice(1), '-v', 'rc=0', '-v', `u=${util}`, '-v', `h=${headroom}`, '-v', 'ts=10', '-v', 'ls=5', '-v', 'now=1', '-v', 't0=', '-v', 'lg=', '-v', 'cvs=', '-v', 'cvd=', program],
-      { input: `0, GPU-x, ${total}, 0\n`, encoding: 'utf8' },
+      [...awk.slice(1), '-v', `fields=${FIELDS}`, '-v', 'rc=0', '-v', `u=${util}`, '-v', `h=${headroom}`, '-v', `c1=${context}`, '-v', `cm=${context + 1}`, '-v', 'ts=10', '-v', 'el=0', '-v', 'lim=10', '-v', 'q=10', '-v', 'first=', '-v', 'cvs=', '-v', 'cvd=', program],
+      { input: `0, GPU-x, ${total}, 0, Disabled, ${reserved}\n`, encoding: 'utf8' },
     );
+    if (r.stdout.startsWith('never ')) return undefined;
     const m = /needs (\d+) MiB/.exec(r.stdout);
     if (!m) throw new Error(`no need in ${JSON.stringify(r.stdout + r.stderr)}`);
     return BigInt(m[1]!);
@@ -397,23 +406,28 @@ describe('need = ceil(total x utilization) + headroom, integer-exact', () => {
   const program = judgeProgram(renderPreflightScript(base));
 
   it.each(awks)('%s: the H200 case and the edges', (_name, awk) => {
-    expect(awkNeed(awk, program, 143771, '0.9', 0)).toBe(129394n); // 129393.9 -> 129394
-    expect(awkNeed(awk, program, 143770, '0.9', 0)).toBe(129393n); // exactly 129393: no rounding up
-    expect(awkNeed(awk, program, 143771, '1', 0)).toBe(143771n);
-    expect(awkNeed(awk, program, 143771, '0.9', 512)).toBe(129906n);
-    expect(awkNeed(awk, program, 99_999_999, '0.999999', 1_048_576)).toBe(exactNeed(99_999_999, '0.999999', 1_048_576));
-    expect(awkNeed(awk, program, 10, '0.000001', 0)).toBe(1n);
+    // vLLM asks ceil(0.9 x 143155) = ceil(128839.5) = 128840; + 768 context
+    expect(awkNeed(awk, program, 143771, 616, '0.9', 768, 0)).toBe(129608n);
+    expect(awkNeed(awk, program, 143770, 0, '0.9', 0, 0)).toBe(129393n); // exactly 129393: no rounding up
+    expect(awkNeed(awk, program, 143771, 616, '1', 768, 0)).toBeUndefined(); // the whole GPU: never
+    expect(awkNeed(awk, program, 143771, 616, '0.99999', 768, 0)).toBe(143154n); // more than it can have free: cut to that
+    expect(awkNeed(awk, program, 143771, 616, '0.9', 768, 512)).toBe(130120n);
+    expect(awkNeed(awk, program, 99_999_999, 1000, '0.99', 65_536, 1_048_576)).toBe(exactNeed(99_999_999, 1000, '0.99', 65_536, 1_048_576));
+    expect(awkNeed(awk, program, 10, 0, '0.000001', 0, 0)).toBe(1n);
   });
 
   it.each(awks)('%s: matches exact rational arithmetic on random inputs', (_name, awk) => {
     fc.assert(
       fc.property(
-        fc.integer({ min: 1, max: 99_999_999 }),
+        fc.integer({ min: 2, max: 99_999_999 }),
+        fc.integer({ min: 0, max: 5000 }),
         fc.integer({ min: 1, max: 1_000_000 }),
+        fc.integer({ min: 0, max: 65_536 }),
         fc.integer({ min: 0, max: 4096 }),
-        (total, micro, headroom) => {
+        (total, reservedRaw, micro, context, headroom) => {
+          const reserved = Math.min(reservedRaw, total - 1);
           const util = String(micro / 1_000_000);
-          expect(awkNeed(awk, program, total, util, headroom)).toBe(exactNeed(total, util, headroom));
+          expect(awkNeed(awk, program, total, reserved, util, context, headroom)).toBe(exactNeed(total, reserved, util, context, headroom));
         },
       ),
       { numRuns: 150 },

@@ -272,6 +272,7 @@ export function decideContainer(input: ContainerInput, base: Pick<ContainerRepor
       version: VERSION,
       utilization: utilization.value ?? 'from-args',
       headroomMiB: options.headroomMiB,
+      contextMiB: options.contextMiB,
       nvidiaSmiTimeoutSeconds: options.nvidiaSmiTimeoutSeconds,
       timeoutSeconds: options.timeoutSeconds,
       pollIntervalSeconds: options.pollIntervalSeconds,
