@@ -115,6 +115,15 @@ function notVllmReason(written: readonly string[]): string {
 /** huggingfaceserver left to pick its backend may run vLLM unwrapped: said, never guessed (docs/detection.md §5). */
 const HUGGINGFACESERVER_RUN_TIME_BACKEND = `KServe huggingfaceserver picks its backend at run time (--backend auto) and may run vLLM, which is not wrapped: pass --backend=vllm, or name it in ${ANNOTATION_CONTAINERS}`;
 
+/** Why a MIG instance cannot be waited on (docs/restart-race.md, MIG). */
+const MIG_WHY = 'nvidia-smi reads the whole GPU there (or nothing, without privileges), never the instance, so a wait could not tell when the instance has memory (docs/restart-race.md#mig)';
+
+/** The MIG signals of a container, for its reason; undefined when its GPU is no MIG instance. */
+function migSignals(signals: readonly GpuSignal[]): string | undefined {
+  const mig = signals.filter((s) => s.mig);
+  return mig.length ? mig.map((s) => s.detail).join(', ') : undefined;
+}
+
 function probeBudget(container: Record<string, unknown>): number | undefined {
   const probe = (container.startupProbe ?? container.livenessProbe) as Record<string, unknown> | undefined;
   if (!probe || typeof probe !== 'object') return undefined;
@@ -171,6 +180,7 @@ export function decideContainer(input: ContainerInput, base: Pick<ContainerRepor
           ? { start: written, origin: 'command + args, which KubeRay runs joined in bash -lc before `ray start`', evidence: { source: wrapped ? 'wrapped' : 'command', detail: 'joined by KubeRay' }, wrappedBefore: wrapped, warnings: [] }
           : resolveStart({ command: command.items, args: args.items, image, rayPod: input.ray !== undefined }, input.sources, context, input.onWanted));
 
+    let cannotWrap = false;
     const skipBecause = ((): string | undefined => {
       if (controls.skip) return `opted out by annotation ${ANNOTATION_SKIP}`;
       refuseImageNoRuntimePulls(image, controls.forced || imageIsVllmFamily(image) || vllmEvidence(written) !== undefined);
@@ -227,6 +237,12 @@ export function decideContainer(input: ContainerInput, base: Pick<ContainerRepor
         return 'not vLLM (neither its image nor its start names vLLM)';
       }
       if (runsOnCpu(written)) return 'vLLM runs on CPU here (--device cpu)';
+      const mig = migSignals(gpu.signals);
+      if (mig) {
+        cannotWrap = true;
+        report.warnings.push(`vLLM on a MIG instance (${mig}) is not wrapped: ${MIG_WHY}; its in-place restarts are as without vram-preflight`);
+        return `on a MIG instance (${mig}): ${MIG_WHY}`;
+      }
       report.reason += `; NVIDIA GPU: ${report.gpus.join(', ')}`;
       return undefined;
     })();
@@ -234,6 +250,7 @@ export function decideContainer(input: ContainerInput, base: Pick<ContainerRepor
 
     if (skipBecause !== undefined) {
       report.reason = skipBecause;
+      if (cannotWrap) report.action = 'cannot-wrap';
       if (!wrapped) return { report };
       // No longer a target: give it back its original start, which runs the same argv.
       report.action = 'unwrap';
@@ -242,6 +259,8 @@ export function decideContainer(input: ContainerInput, base: Pick<ContainerRepor
       return { report, edit: { anchors, intended: { path: input.path, command: written, args: null } } };
     }
     if (controls.forced && gpu.signals.length === 0) report.warnings.push('no NVIDIA GPU signal: the wait will see whatever GPUs nvidia-smi shows');
+    const forcedMig = controls.forced ? migSignals(gpu.signals) : undefined;
+    if (forcedMig) report.warnings.push(`named by annotation ${ANNOTATION_CONTAINERS} on a MIG instance (${forcedMig}): ${MIG_WHY}, so the wrapped start goes on to vLLM at once, with a note`);
 
     const known = resolve();
     report.startOrigin = known.origin;
