@@ -55,6 +55,16 @@ export const EXIT_SIGTERM = 143;
 /** Exit code on SIGINT while waiting (128 + 2). */
 export const EXIT_SIGINT = 130;
 
+/**
+ * A utilization the start's shell script puts on vLLM's command line from variables (KServe's
+ * `${VLLM_ADDITIONAL_ARGS}`): the script reads the last --gpu-memory-utilization among these
+ * words at run time (a variable's value split as the shell splits it), else `fallback`.
+ */
+export interface RuntimeUtilization {
+  words: ({ literal: string } | { variable: string })[];
+  fallback: number;
+}
+
 export interface PreflightSettings {
   /** Tool version, written into the marker line. */
   version: string;
@@ -63,7 +73,7 @@ export interface PreflightSettings {
    * 'from-args': the script reads the last --gpu-memory-utilization in the start's own arguments
    * at run time (for `$(VAR)` values the kubelet expands) and exits 78 when there is none or it is invalid.
    */
-  utilization: number | 'from-args';
+  utilization: number | 'from-args' | RuntimeUtilization;
   /** Extra MiB required per GPU on top of vLLM's request and its context (contextMiB); integer >= 0. */
   headroomMiB: number;
   /**
@@ -217,10 +227,32 @@ export function withoutTrailingZeros(text: string): string {
 
 function validUtilization(v: unknown): string {
   if (v === 'from-args') return v;
-  if (!isNumber(v) || !(v > 0) || v > 1) fail('utilization', v, "must be a number with 0 < u <= 1, or 'from-args'");
+  if (!isNumber(v) || !(v > 0) || v > 1) fail('utilization', v, "must be a number with 0 < u <= 1, 'from-args' or run-time words");
   const s = roundUtilizationUp(String(v));
-  if (s === undefined) fail('utilization', v, "must be a number with 0 < u <= 1, or 'from-args'");
+  if (s === undefined) fail('utilization', v, "must be a number with 0 < u <= 1, 'from-args' or run-time words");
   return s;
+}
+
+/** The run-time words as shell text: each literal single-quoted (it is a flag's name), each variable unquoted (split as the shell splits it). */
+function runtimeWords(v: RuntimeUtilization): { words: string; fallback: string; names: string } {
+  if (!Array.isArray(v.words) || v.words.length === 0 || v.words.length > 64) fail('utilization', v, 'run-time words must be 1 to 64 words');
+  const words = v.words.map((w) => {
+    if ('variable' in w && typeof w.variable === 'string' && isShellVariableName(w.variable)) return `$${w.variable}`;
+    if ('literal' in w && (w.literal === '--gpu-memory-utilization' || w.literal === '--gpu_memory_utilization')) return `'${w.literal}'`;
+    return fail('utilization', w, 'a run-time word must be a shell variable name or the flag --gpu-memory-utilization');
+  });
+  const names = v.words.flatMap((w) => ('variable' in w ? [`$${w.variable}`] : [])).join(' ');
+  return { words: words.join(' '), fallback: validUtilization(v.fallback), names };
+}
+
+/** `/^[A-Za-z_][A-Za-z0-9_]{0,127}$/` */
+function isShellVariableName(v: string): boolean {
+  if (v.length === 0 || v.length > 128) return false;
+  for (let i = 0; i < v.length; i++) {
+    const c = v.charCodeAt(i);
+    if (!((c >= 0x41 && c <= 0x5a) || (c >= 0x61 && c <= 0x7a) || c === 0x5f || (i > 0 && isAsciiDigit(c)))) return false;
+  }
+  return true;
 }
 
 function validPollInterval(v: unknown): string {
@@ -494,26 +526,46 @@ const TREE_AWK = `BEGIN {
 /** Formats nvidia-smi --query-compute-apps output for the timeout message. */
 const APPS_AWK = `-F', *' 'NF >= 2 { a = a (a ? ", " : "") "pid " $1 " (" $2 " MiB)" } END { print a ? a : "none that nvidia-smi can see from this container (look on the node)" }'`;
 
-/** Reads the utilization from the start's arguments; only in scripts rendered with 'from-args'. */
-const FROM_ARGS = `# The utilization is only known at run time (the kubelet expanded a variable into the
-# start's arguments): take the last --gpu-memory-utilization there, in any spelling vLLM accepts.
-u_raw='' u_seen='' take=''
-for a in "$@"; do
+/** The loop that takes the last --gpu-memory-utilization of `list`, in any spelling vLLM accepts. */
+function lastFlagLoop(list: string): string {
+  return `for a in ${list}; do
   if [ -n "$take" ]; then u_raw=$a take=''; continue; fi
   case $a in
   --gpu[-_]memory[-_]utilization=*) u_raw=\${a#*=} u_seen=1 ;;
   --gpu[-_]memory[-_]utilization) u_raw='' u_seen=1 take=1 ;;
   esac
 done
-[ -n "$u_seen" ] || die ${EXIT_BAD_UTILIZATION} 'cannot wait for GPU memory: the start has no --gpu-memory-utilization argument, and this preflight reads the utilization from there; not starting vLLM'
+`;
+}
+
+/** Reads the utilization from the start's arguments; only in scripts rendered with 'from-args'. */
+const FROM_ARGS = `# The utilization is only known at run time (the kubelet expanded a variable into the
+# start's arguments): take the last --gpu-memory-utilization there.
+u_raw='' u_seen='' take=''
+${lastFlagLoop('"$@"')}[ -n "$u_seen" ] || die ${EXIT_BAD_UTILIZATION} 'cannot wait for GPU memory: the start has no --gpu-memory-utilization argument, and this preflight reads the utilization from there; not starting vLLM'
 # shellcheck disable=SC2016 # an awk program: its $ are awk's, not the shell's
 util=\`u=$u_raw awk '${UTIL_AWK}'\` || die ${EXIT_BAD_UTILIZATION} "cannot wait for GPU memory: --gpu-memory-utilization \\"$u_raw\\" in the start's arguments is not a number with 0 < u <= 1; not starting vLLM"
 `;
 
+/** Reads the utilization from the variables the start's script expands into vLLM's command line. */
+function fromVariables(v: { words: string; fallback: string; names: string }): string {
+  return `# The utilization is only known at run time: the start's script puts ${v.names} on vLLM's
+# command line. Take the last --gpu-memory-utilization there (split as the shell splits it,
+# no globbing), else ${v.fallback}, what vLLM gets without one there.
+u_raw=${v.fallback} u_seen=1 take=''
+set -f
+# shellcheck disable=SC2086,SC2034 # split as the script splits them; u_seen: read by the other reader
+${lastFlagLoop(v.words)}set +f
+# shellcheck disable=SC2016 # an awk program: its $ are awk's, not the shell's
+util=\`u=$u_raw awk '${UTIL_AWK}'\` || die ${EXIT_BAD_UTILIZATION} "cannot wait for GPU memory: --gpu-memory-utilization \\"$u_raw\\" in ${v.names.replaceAll('$', '\\$')} is not a number with 0 < u <= 1; not starting vLLM"
+`;
+}
+
 export function renderPreflightScript(settings: PreflightSettings): string {
   if (typeof settings !== 'object' || settings === null) fail('settings', settings, 'must be an object');
   const version = validVersion(settings.version);
-  const util = validUtilization(settings.utilization);
+  const runtime = typeof settings.utilization === 'object' && settings.utilization !== null ? runtimeWords(settings.utilization) : undefined;
+  const util = runtime ? 'from-start' : validUtilization(settings.utilization);
   const { headroom, contextOne, contextSeveral, timeout, poll, logEvery, mode, smiLimit } = checkOptions(settings);
   const msgFile = validPath(settings.terminationMessagePath);
   // The first query's limit: the per-query limit, cut to the whole timeout (at least 2 s), as CLOCK_AWK does later.
@@ -543,7 +595,7 @@ case $1 in
   if [ ! -f "$1" ] || [ ! -x "$1" ]; then die ${EXIT_START_NOT_EXECUTABLE} "cannot start vLLM: the start \\"$1\\" (the program after --) is not an executable file"; fi ;;
 *) command -v "$1" >/dev/null 2>&1 || die ${EXIT_START_NOT_FOUND} "cannot start vLLM: the start \\"$1\\" (the program after --) is not found in PATH=$PATH" ;;
 esac
-${util === 'from-args' ? FROM_ARGS : ''}# A shell runs traps only between commands or in wait: all that can take long (nvidia-smi,
+${util === 'from-args' ? FROM_ARGS : runtime ? fromVariables(runtime) : ''}# A shell runs traps only between commands or in wait: all that can take long (nvidia-smi,
 # the pause between polls) is a background job it waits for, so a signal ends it at once.
 # As PID 1 the shell ignores signals it does not trap. The job gets KILL: a child still
 # holds this shell's handler between its fork and its exec, and would lose a TERM.

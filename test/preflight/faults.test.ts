@@ -487,6 +487,43 @@ describe.each(SHELLS)('utilization from the start\'s arguments under $name', (sh
     expect(r.lines[0]).toContain(` for vLLM: ${shown} x ${CUDA_TOTAL} MiB CUDA total`);
   });
 
+  // issue 26: a variable the start's shell script expands into vLLM's command line (KServe's
+  // ${VLLM_ADDITIONAL_ARGS}), read at run time from the same variable.
+  const fromVariables = { utilization: { words: [{ variable: 'VLLM_ADDITIONAL_ARGS' }], fallback: 0.9 } };
+  it.concurrent.each([
+    ['--gpu-memory-utilization 0.95', '0.95'],
+    ['--max-model-len 8192 --gpu_memory_utilization=0.5 --enable-dbo', '0.5'],
+    ['--gpu-memory-utilization 0.6 --gpu-memory-utilization 0.7', '0.7'],
+    ['*  --gpu-memory-utilization\t0.8 /*', '0.8'],
+    ['', '0.9'],
+    ['--enable-dbo', '0.9'],
+  ])('$VLLM_ADDITIONAL_ARGS=%j: waits for %s of each GPU', async (value, shown) => {
+    const r = await run(shell, { settings: fromVariables, readings: [{ out: gpuLine(0, 143156) }], env: { VLLM_ADDITIONAL_ARGS: value } });
+    execed(r);
+    expect(r.lines[0]).toContain(` for vLLM: ${shown} x ${CUDA_TOTAL} MiB CUDA total`);
+  });
+
+  it.concurrent.each([
+    [{ VLLM_ADDITIONAL_ARGS: '--gpu-memory-utilization' }, '"" in $VLLM_ADDITIONAL_ARGS'],
+    [{ VLLM_ADDITIONAL_ARGS: '--gpu-memory-utilization=abc' }, '"abc" in $VLLM_ADDITIONAL_ARGS'],
+  ])('%j: exits 78 naming the variable, before any nvidia-smi query', async (env, says) => {
+    const r = await run(shell, { settings: fromVariables, env });
+    expect(r.code).toBe(EXIT_BAD_UTILIZATION);
+    notExeced(r);
+    expect(r.queries).toEqual([]);
+    expect(r.lines.at(-1)).toContain(says);
+  });
+
+  it('--gpu-memory-utilization $U: the value is the variable\'s at run time; unset, exit 78', async () => {
+    const settings = { utilization: { words: [{ literal: '--gpu-memory-utilization' }, { variable: 'U' }], fallback: 0.9 } };
+    const set = await run(shell, { settings, readings: [{ out: gpuLine(0, 143156) }], env: { U: '0.7' } });
+    execed(set);
+    expect(set.lines[0]).toContain(` for vLLM: 0.7 x ${CUDA_TOTAL} MiB CUDA total`);
+    const unset = await run(shell, { settings });
+    expect(unset.code).toBe(EXIT_BAD_UTILIZATION);
+    expect(unset.lines.at(-1)).toContain('"" in $U');
+  });
+
   // A value read as 1 asks for the whole GPU: vLLM's check can never pass (its context takes memory first).
   it.concurrent.each([
     [['--gpu-memory-utilization', '1']],

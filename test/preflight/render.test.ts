@@ -25,6 +25,7 @@ const variants: PreflightSettings[] = [
   { ...base, utilization: 0.123456, pollIntervalSeconds: 2, logIntervalSeconds: 60, version: '1.2.3-rc.1+build.5' },
   { ...base, terminationMessagePath: '/tmp/x/termination_log-1.txt' },
   { ...base, utilization: 'from-args', nvidiaSmiTimeoutSeconds: 30 },
+  { ...base, utilization: { words: [{ variable: 'VLLM_ADDITIONAL_ARGS' }], fallback: 0.9 }, contextMiB: 1024 },
 ];
 
 /** Kubernetes' expansion of command/args: $$ -> $, $(NAME) -> the variable's value. */
@@ -52,6 +53,16 @@ describe('renderPreflightScript text', () => {
     expect(lines[0]).toBe(`${PREFLIGHT_MARKER_PREFIX}0.1.0: wait for GPU memory, then exec vLLM`);
     expect(s.startsWith(PREFLIGHT_MARKER_PREFIX)).toBe(true);
     expect(s.endsWith('exec "$@"\n')).toBe(true);
+  });
+
+  it('run-time words: variables by name, the flag as the one literal; anything else refused', () => {
+    const script = renderPreflightScript({ ...base, utilization: { words: [{ literal: '--gpu-memory-utilization' }, { variable: 'U' }, { variable: 'VLLM_ADDITIONAL_ARGS' }], fallback: 0.85 } });
+    expect(script).toContain("for a in '--gpu-memory-utilization' $U $VLLM_ADDITIONAL_ARGS; do\n");
+    expect(script).toContain('u_raw=0.85 u_seen=1');
+    for (const words of [[{ variable: 'A B' }], [{ variable: '1X' }], [{ variable: 'X;rm' }], [{ literal: "'; rm -rf /; '" }], [{ literal: '$(id)' }], []]) {
+      expect(() => renderPreflightScript({ ...base, utilization: { words, fallback: 0.9 } as never })).toThrow(PreflightError);
+    }
+    expect(() => renderPreflightScript({ ...base, utilization: { words: [{ variable: 'U' }], fallback: 1.5 } })).toThrow(PreflightError);
   });
 
   it('writes the settings into one readable line', () => {

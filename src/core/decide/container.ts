@@ -280,6 +280,9 @@ export function decideContainer(input: ContainerInput, base: Pick<ContainerRepor
     report.utilization = utilization;
     if (utilization.source === 'default') {
       report.warnings.push(`no --gpu-memory-utilization: waiting for ${utilization.value} of each GPU; vLLM's own default is 0.9 before v0.21 and 0.92 since, so pass the flag explicitly`);
+    } else if (utilization.runtime && utilization.defaulted) {
+      const names = utilization.runtime.words.flatMap((w) => ('variable' in w ? [`$${w.variable}`] : [])).join(', ');
+      report.warnings.push(`no --gpu-memory-utilization written: the preflight reads it from ${names} at run time, and waits for ${utilization.runtime.fallback} of each GPU when it is not there; vLLM's own default is 0.9 before v0.21 and 0.92 since, so pass the flag explicitly`);
     }
     report.probeBudgetSeconds = probeBudget(container);
     if (report.probeBudgetSeconds !== undefined && options.timeoutSeconds >= report.probeBudgetSeconds) {
@@ -289,7 +292,7 @@ export function decideContainer(input: ContainerInput, base: Pick<ContainerRepor
     const terminationMessagePath = typeof container.terminationMessagePath === 'string' ? container.terminationMessagePath : '/dev/termination-log';
     const script = preflightScript({
       version: VERSION,
-      utilization: utilization.value ?? 'from-args',
+      utilization: utilization.value ?? utilization.runtime ?? 'from-args',
       headroomMiB: options.headroomMiB,
       contextMiB: options.contextMiB,
       nvidiaSmiTimeoutSeconds: options.nvidiaSmiTimeoutSeconds,
