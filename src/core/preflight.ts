@@ -549,9 +549,9 @@ util=\`u=$u_raw awk '${UTIL_AWK}'\` || die ${EXIT_BAD_UTILIZATION} "cannot wait 
 
 /** Reads the utilization from the variables the start's script expands into vLLM's command line. */
 function fromVariables(v: { words: string; fallback: string; names: string }): string {
-  return `# The utilization is only known at run time: the start's script puts ${v.names} on vLLM's
-# command line. Take the last --gpu-memory-utilization there (split as the shell splits it,
-# no globbing), else ${v.fallback}, what vLLM gets without one there.
+  return `# The utilization is only known at run time: the script of the start puts ${v.names} on the
+# command line of vLLM. Take the last --gpu-memory-utilization there (split as the shell splits
+# it, no globbing), else ${v.fallback}, what vLLM gets without one there.
 u_raw=${v.fallback} u_seen=1 take=''
 set -f
 # shellcheck disable=SC2086,SC2034 # split as the script splits them; u_seen: read by the other reader
