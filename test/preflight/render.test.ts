@@ -28,6 +28,33 @@ const variants: PreflightSettings[] = [
   { ...base, utilization: { words: [{ variable: 'VLLM_ADDITIONAL_ARGS' }], fallback: 0.9 }, contextMiB: 1024 },
 ];
 
+/**
+ * The shell text outside quotes and comments, as the shell tokenises it: a single-quoted string
+ * (an awk program) becomes '', a double-quoted one "" (but "$msg_file", kept), so what is left
+ * is the shell's own syntax, redirections included.
+ */
+function unquotedShell(script: string): string {
+  let out = '';
+  for (let i = 0; i < script.length; i++) {
+    const c = script[i]!;
+    if (c === '\\') {
+      out += script.slice(i, i + 2);
+      i++;
+    } else if (c === "'") {
+      i = script.indexOf("'", i + 1);
+      out += "''";
+    } else if (c === '"') {
+      let j = i + 1;
+      while (script[j] !== '"') j += script[j] === '\\' ? 2 : 1;
+      out += script.slice(i, j + 1) === '"$msg_file"' ? '"$msg_file"' : '""';
+      i = j;
+    } else if (c === '#' && (i === 0 || /\s/.test(script[i - 1]!))) {
+      i = script.indexOf('\n', i) - 1;
+    } else out += c;
+  }
+  return out;
+}
+
 /** Kubernetes' expansion of command/args: $$ -> $, $(NAME) -> the variable's value. */
 function kubeExpand(s: string, env: Record<string, string>): string {
   return s.replace(/\$\$|\$\(([A-Za-z_][A-Za-z0-9_.-]*)\)/g, (m, name: string | undefined) =>
@@ -103,11 +130,7 @@ describe('renderPreflightScript text', () => {
   it('writes nothing but the termination message: every file redirection goes to $msg_file or /dev/null', () => {
     for (const v of variants) {
       // the shell text only: drop the awk programs (their > are comparisons or prints to stdout)
-      const shell = renderPreflightScript(v)
-        .replace(/'[^']*'/g, "''")
-        .split('\n')
-        .filter((l) => !l.startsWith('#') && !l.startsWith('msg_file='))
-        .join('\n');
+      const shell = unquotedShell(renderPreflightScript(v).split('\n').filter((l) => !l.startsWith('msg_file=')).join('\n'));
       const targets = [...shell.matchAll(/\d?>>?\s*(&\d|"[^"]*"|[^\s;|&)`]+)/g)].map((m) => m[1]);
       expect(targets.length).toBeGreaterThan(3);
       for (const t of targets) expect(['&1', '&2', '/dev/null', '"$msg_file"']).toContain(t);
