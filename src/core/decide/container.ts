@@ -16,6 +16,7 @@ import { PREFLIGHT_MARKER_PREFIX, renderPreflightScript } from '../preflight.js'
 import type { KeptAnchors } from '../yaml/edit.js';
 import { isWrapped, resolveStart, WRAPPER_COMMAND, type ContainerStart, type StartEvidence, type StartSources } from './start.js';
 import { readUtilization, type EnvVar, type Utilization } from './utilization.js';
+import { readScript } from './shell-script.js';
 import type { IntendedStart, ValuePath } from './values.js';
 import { VERSION } from '../version.js';
 
@@ -124,12 +125,40 @@ function migSignals(signals: readonly GpuSignal[]): string | undefined {
   return mig.length ? mig.map((s) => s.detail).join(', ') : undefined;
 }
 
+/**
+ * Seconds the kubelet gives the container before a probe kills it: the startupProbe's, or
+ * without one the livenessProbe's. A probe that cannot fail kills nothing: it is as if absent
+ * (a startupProbe that cannot fail passes at once, and the livenessProbe then counts).
+ */
 function probeBudget(container: Record<string, unknown>): number | undefined {
-  const probe = (container.startupProbe ?? container.livenessProbe) as Record<string, unknown> | undefined;
-  if (!probe || typeof probe !== 'object') return undefined;
+  const probes = [container.startupProbe, container.livenessProbe].filter((p): p is Record<string, unknown> => typeof p === 'object' && p !== null);
+  const probe = probes.find((p) => !cannotFail(p));
+  if (!probe) return undefined;
   const n = (v: unknown, d: number) => (typeof v === 'number' ? v : d);
   return n(probe.initialDelaySeconds, 0) + n(probe.failureThreshold, 3) * n(probe.periodSeconds, 10);
 }
+
+/** Commands whose exit status is 0 whatever happens (a placeholder probe: `echo TBD`, `true`). */
+const ALWAYS_SUCCEED = new Set(['true', ':', 'echo', 'printf']);
+
+/**
+ * An exec probe that cannot fail: its command (or each command of its `sh -c` script, read by
+ * the one shell reader) only prints or returns true, with no redirection that could fail, or
+ * is `exit 0`. A probe that runs anything else, or an HTTP, TCP or gRPC probe, can fail.
+ */
+function cannotFail(probe: Record<string, unknown>): boolean {
+  const command = (probe.exec as { command?: unknown } | undefined)?.command;
+  if (!Array.isArray(command) || command.length === 0 || !command.every((w) => typeof w === 'string')) return false;
+  const argv = command as string[];
+  const commands = SHELLS_FOR_PROBES.has(argv[0]!.slice(argv[0]!.lastIndexOf('/') + 1)) ? readScript(argv)?.commands : [{ words: argv }];
+  if (!commands || commands.length === 0) return false;
+  return commands.every(({ words }) => {
+    if (words.some((w) => w.includes('>') || w.includes('<') || w.includes('$'))) return false;
+    const program = words[0]!.slice(words[0]!.lastIndexOf('/') + 1);
+    return ALWAYS_SUCCEED.has(program) || (program === 'exit' && (words[1] ?? '0') === '0');
+  });
+}
+const SHELLS_FOR_PROBES = new Set(['sh', 'bash', 'dash', 'ash', 'zsh']);
 
 function hasConfigEntry(image: string | undefined, options: Options): boolean {
   if (image === undefined) return false;
@@ -208,7 +237,7 @@ export function decideContainer(input: ContainerInput, base: Pick<ContainerRepor
         }
         const others = otherAccelerators(container);
         if ((family || runsVllmAsWritten) && others.length) return `no NVIDIA GPU: it asks for ${others.join(', ')}, where there is no nvidia-smi to wait on`;
-        if (family || runsVllmAsWritten) return `no NVIDIA GPU: checked ${SIGNALS_CHECKED}; without one vLLM runs on CPU and needs no wait (name it in ${ANNOTATION_CONTAINERS} if it does run on an NVIDIA GPU)`;
+        if (family || runsVllmAsWritten) return `no NVIDIA GPU: checked ${SIGNALS_CHECKED}, none found, so there is no nvidia-smi to wait on (vLLM runs on the CPU or on another accelerator here; name it in ${ANNOTATION_CONTAINERS} if it does run on an NVIDIA GPU)`;
         return 'not vLLM (neither its image nor its start names vLLM), and no NVIDIA GPU';
       }
       if (command.items !== null || wrapped || rayStart === 'joined') {

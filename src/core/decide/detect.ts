@@ -68,8 +68,10 @@ export function vllmCommandLine(argv: readonly string[]): { command: ShellComman
   const start = withoutLaunchers(argv);
   if (!SHELLS.has(basename(start[0] ?? ''))) return { command: { words: [...argv], background: false } };
   const reading = readScript(start);
-  // KServe's huggingfaceserver passes its vLLM flags on to vLLM: its command line is vLLM's.
-  const runs = (reading?.commands ?? []).filter((command) => argvStartsVllm(command.words, 1) || isHuggingfaceServerProgram(command.words));
+  // KServe's huggingfaceserver passes its vLLM flags on to vLLM, and a program that takes
+  // vLLM's engine flag runs vLLM's engine: their command lines are vLLM's.
+  let runs = (reading?.commands ?? []).filter((command) => argvStartsVllm(command.words, 1) || isHuggingfaceServerProgram(command.words));
+  if (runs.length === 0) runs = (reading?.commands ?? []).filter((command) => engineFlagEvidence(command.words, 1) !== undefined);
   const command = runs.filter((c) => !c.background).at(-1) ?? runs.at(-1);
   return command ? { command, assigned: reading!.assigned } : { command: { words: [...argv], background: false } };
 }
@@ -246,7 +248,37 @@ export function startsRayNode(argv: readonly string[]): boolean {
 /** Why the argv (the container's whole start) runs vLLM, or undefined when it does not. */
 export function vllmEvidence(argv: readonly string[]): string | undefined {
   if (argvStartsVllm(argv)) return 'its start runs vLLM';
-  return huggingfaceServerEvidence(argv);
+  return huggingfaceServerEvidence(argv) ?? engineFlagEvidence(argv);
+}
+
+/**
+ * A program that takes vLLM's own engine flag `--gpu-memory-utilization` (its own argv item)
+ * runs vLLM's engine in its process and vLLM's start-up check with it: KAITO's
+ * `python3 /workspace/vllm/inference_api.py … --gpu-memory-utilization=0.84` parses its
+ * arguments with vLLM's own parser. The flag is the amount the wait needs, so it is evidence
+ * (docs/detection.md §5). Not for a known other engine, `ray start` or KServe's huggingfaceserver.
+ */
+function engineFlagEvidence(argv: readonly string[], depth = 0): string | undefined {
+  const start = withoutLaunchers(argv);
+  const program = basename(start[0] ?? '');
+  if (SHELLS.has(program)) {
+    if (depth > MAX_SHELL_DEPTH || !start.slice(1).some((item) => item.includes('memory'))) return undefined;
+    for (const command of scriptCommands(start)) {
+      const found = engineFlagEvidence(command.words, depth + 1);
+      if (found) return `${found}, run by its shell script`;
+    }
+    return undefined;
+  }
+  // An args-only list (`--model …`) is no program: the image's start decides there.
+  // KServe's huggingfaceserver takes vLLM's flags whatever backend it picks: its own rules decide (§5, 1).
+  if (program === '' || program.startsWith('-') || program === 'ray' || otherEngine(start) || isHuggingfaceServerProgram(start) || !mentionsVllmFlag(start)) return undefined;
+  const shown = isPythonProgram(program) && start[1] !== undefined && !start[1].startsWith('-') ? `${program} ${start[1]}` : program;
+  return `its start passes vLLM's engine flag --gpu-memory-utilization to ${shown}, which runs vLLM's engine (and its start-up check) in its process`;
+}
+
+/** Where the argv's evidence is vLLM's engine flag rather than a known vLLM start. */
+export function runsVllmByEngineFlag(argv: readonly string[]): boolean {
+  return !argvStartsVllm(argv) && huggingfaceServerEvidence(argv) === undefined && engineFlagEvidence(argv) !== undefined;
 }
 
 /**
@@ -285,9 +317,9 @@ export function runsOnCpu(argv: readonly string[]): boolean {
   return argv.some((item, i) => item === '--device=cpu' || (item === '--device' && argv[i + 1] === 'cpu'));
 }
 
-/** vLLM's own flag in a start that is not recognised as vLLM: worth a word, never a guess. */
+/** vLLM's own engine flag `--gpu-memory-utilization` (any spelling, `=value` or not) as an argv item. */
 export function mentionsVllmFlag(argv: readonly string[]): boolean {
-  return argv.some((item) => /^--gpu[-_]memory[-_]utilization(=|$)/.test(item));
+  return argv.some((item) => item.startsWith('--gpu') && /^--gpu[-_]memory[-_]utilization(=|$)/.test(item));
 }
 
 export function nameSelected(name: string, patterns: readonly string[]): boolean {

@@ -185,7 +185,7 @@ export function isCudaDeviceList(value: string): boolean {
  */
 function cudaVisibleDevicesSignals(input: GpuInput): GpuSignal[] {
   const value = literalEnv(input.container, 'CUDA_VISIBLE_DEVICES');
-  if (value === undefined || !isCudaDeviceList(value) || otherAccelerators(input.container).length) return [];
+  if (value === undefined || !isCudaDeviceList(value) || otherAccelerators(input.container, false).length) return [];
   return [withMig({ signal: 'cudaVisibleDevices', detail: `CUDA_VISIBLE_DEVICES=${value.trim()}` }, namesMigDevice(value))];
 }
 
@@ -196,16 +196,35 @@ const OTHER_ACCELERATORS: readonly { test: (name: string) => boolean; what: stri
   { test: (n) => n.startsWith('habana.ai/'), what: 'Intel Gaudi' },
   { test: (n) => n === 'google.com/tpu', what: 'Google TPU' },
   { test: (n) => n.startsWith('aws.amazon.com/neuron'), what: 'AWS Neuron' },
+  // vllm-ascend's samples ask for huawei.com/Ascend910 (and Ascend310P, …) from Huawei's device plugin.
+  { test: (n) => n.startsWith('huawei.com/ascend'), what: 'Huawei Ascend NPU' },
+  { test: (n) => n.startsWith('cambricon.com/'), what: 'Cambricon MLU' },
+  { test: (n) => n.startsWith('hygon.com/'), what: 'Hygon DCU' },
+  { test: (n) => n.startsWith('metax-tech.com/'), what: 'MetaX GPU' },
+  { test: (n) => n.startsWith('iluvatar.ai/'), what: 'Iluvatar GPU' },
+  { test: (n) => n.startsWith('enflame.com/'), what: 'Enflame GCU' },
+  { test: (n) => n.startsWith('mthreads.com/'), what: 'Moore Threads GPU' },
 ];
 
-/** The other vendors' accelerators a container asks for, e.g. `Google TPU (google.com/tpu=4)`. */
-export function otherAccelerators(container: Plain): string[] {
+/** Extended resources that are no accelerator: a vLLM container may ask for them beside one. */
+function isPlainResource(name: string): boolean {
+  return !name.includes('/') || name.startsWith('hugepages-') || name.startsWith('kubernetes.io/') || name.includes('.kubernetes.io/') || name.startsWith('rdma/') || name.startsWith('nvidia.com/');
+}
+
+/**
+ * The other vendors' accelerators a container asks for, e.g. `Google TPU (google.com/tpu=4)`;
+ * with `anyDevice`, also a device of a vendor the table does not name (`the device x.com/y=1`).
+ */
+export function otherAccelerators(container: Plain, anyDevice = true): string[] {
   const resources = asObject(container.resources);
   const found = new Map<string, string>();
   for (const list of [resources?.requests, resources?.limits]) {
     for (const [name, value] of Object.entries(asObject(list) ?? {})) {
-      const row = OTHER_ACCELERATORS.find((r) => r.test(name));
-      if (row && quantity(value) > 0) found.set(name, `${row.what} (${name}=${quantity(value)})`);
+      if (quantity(value) <= 0) continue;
+      const row = OTHER_ACCELERATORS.find((r) => r.test(name.toLowerCase()));
+      // A vendor's device this table does not name is still a device: named as what it is.
+      if (row) found.set(name, `${row.what} (${name}=${quantity(value)})`);
+      else if (anyDevice && !isPlainResource(name)) found.set(name, `the device ${name}=${quantity(value)}`);
     }
   }
   return [...found.values()];
