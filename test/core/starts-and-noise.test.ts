@@ -121,7 +121,7 @@ describe('the probe budget warning: only for a probe that can fail', () => {
 });
 
 describe('aibrix RayClusterFleet', () => {
-  const fleet = (worker: Plain) => `apiVersion: orchestration.aibrix.ai/v1alpha1
+  const fleet = (worker: string) => `apiVersion: orchestration.aibrix.ai/v1alpha1
 kind: RayClusterFleet
 metadata:
   name: qwen-fleet
