@@ -1,9 +1,17 @@
 import { defineConfig } from 'vitest/config';
 
+// The tests against the real control plane (scripts/cluster.sh) share one
+// kube-apiserver: their webhook configurations are cluster-wide, so those
+// files run one after another, beside the rest of the suite.
+const CLUSTER_TESTS = ['test/apiserver/**/*.test.ts', 'test/audit/**/*.test.ts'];
+
 export default defineConfig({
   test: {
-    include: ['test/**/*.test.ts'],
     testTimeout: 20_000,
     hookTimeout: 60_000,
+    projects: [
+      { extends: true, test: { name: 'unit', include: ['test/**/*.test.ts'], exclude: [...CLUSTER_TESTS, '**/node_modules/**'] } },
+      { extends: true, test: { name: 'cluster', include: CLUSTER_TESTS, fileParallelism: false } },
+    ],
   },
 });

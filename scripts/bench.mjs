@@ -31,6 +31,12 @@
 //       registry lookup); the server's RSS after 100,000 admissions. The load
 //       generator runs on the same machine and takes its share of the CPU.
 //                                           goals: p99 <= 5 ms at 16, >= 2,000/s, flat RSS
+//   (f) behind the real kube-apiserver (scripts/cluster.sh; scripts/bench/apiserver.ts):
+//       pods created at a steady rate, alternately in a namespace the webhook
+//       is called for and in one it is not: the API server's own histogram of
+//       the webhook's calls (apiserver_admission_webhook_admission_duration_seconds)
+//       and what the webhook adds to a pod's creation, client side; at a `url`
+//       (HTTP/2) and, as root, the chart behind its Service (HTTP/1.1)
 //
 // Every child runs with NODE_EXTRA_CA_CERTS removed from its environment:
 // when it is set, Node 20 parses that CA bundle at every start (~100 ms here),
@@ -43,7 +49,7 @@
 // comparison run interleaved, A B C A B C …, after warm-up rounds, so that a
 // noisy neighbour slows all alike; medians are reported.
 //
-//   node scripts/bench.mjs [--quick] [--only a,b,c,d,e] [--json FILE] [--before REF] [--nodes 20,22,24]
+//   node scripts/bench.mjs [--quick] [--only a,b,c,d,e,f] [--json FILE] [--before REF] [--nodes 20,22,24]
 import { execFileSync, spawn, spawnSync } from 'node:child_process';
 import { createInterface } from 'node:readline';
 import { copyFileSync, existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, symlinkSync, unlinkSync, writeFileSync } from 'node:fs';
@@ -68,7 +74,7 @@ if (argv.includes('--help')) {
 }
 const quick = argv.includes('--quick');
 const roundsA = flagValue('--rounds') === undefined ? undefined : Number(flagValue('--rounds'));
-const only = (flagValue('--only') ?? 'a,b,c,d,e').split(',');
+const only = (flagValue('--only') ?? 'a,b,c,d,e,f').split(',');
 const jsonOut = flagValue('--json');
 const beforeRef = flagValue('--before');
 const wantedNodes = flagValue('--nodes')?.split(',');
@@ -367,6 +373,15 @@ if (only.includes('e')) {
   const code = await new Promise((resolve) => child.on('exit', resolve));
   if (code !== 0) throw new Error(`scripts/bench/webhook-load.mjs exited ${code}`);
   results.e = JSON.parse(readFileSync(json, 'utf8'));
+  say(`  uptime: ${os.loadavg().map((l) => l.toFixed(2)).join(' ')} (load average 1, 5, 15 min, ${os.cpus().length} CPUs)`);
+}
+
+// (f) ------------------------------------------------------------------------
+if (only.includes('f')) {
+  section(`(f) behind the real kube-apiserver (scripts/cluster.sh): the API server's own latency of the webhook at a steady rate of pod creations`);
+  const child = spawn(process.execPath, [path.join(root, 'node_modules/tsx/dist/cli.mjs'), path.join(root, 'scripts/bench/apiserver.ts'), ...(quick ? ['--pods', '200'] : [])], { env: baseEnv, stdio: ['ignore', 'inherit', 'inherit'] });
+  const code = await new Promise((resolve) => child.on('exit', resolve));
+  if (code !== 0) throw new Error(`scripts/bench/apiserver.ts exited ${code}`);
   say(`  uptime: ${os.loadavg().map((l) => l.toFixed(2)).join(' ')} (load average 1, 5, 15 min, ${os.cpus().length} CPUs)`);
 }
 

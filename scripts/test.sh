@@ -3,15 +3,18 @@
 # .ci/run): installs the Debian packages the tests execute (real shells, the
 # linters and tools: shellcheck, unzip, hyperfine; docker-registry, skopeo and
 # openssl for the registry lookup tests; git and gpg for the release tests;
-# python3-jsonpatch to apply the webhook's patches; buildah and umoci to build and unpack
+# python3-jsonpatch to apply the webhook's patches; curl and jq for the docs recipes;
+# promtool (Debian prometheus) to check and unit-test the chart's alert rules; buildah and umoci to build and unpack
 # the images, daemonless and offline),
 # the npm dependencies and the real helm binaries, builds the bundle,
-# type-checks, then runs vitest.
+# type-checks, builds and starts the test control plane (scripts/cluster.sh:
+# etcd, kube-apiserver, kube-controller-manager and kubectl from their Go
+# modules; Go 1.26 must be on PATH), runs vitest, and stops the control plane.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 # command -> Debian package that provides it
-packages=(python3:python3 dash:dash busybox:busybox shellcheck:shellcheck unzip:unzip unshare:util-linux setpriv:util-linux mount:mount hyperfine:hyperfine docker-registry:docker-registry skopeo:skopeo openssl:openssl git:git gpg:gpg gpg-agent:gpg-agent gpgconf:gpgconf buildah:buildah umoci:umoci)
+packages=(python3:python3 dash:dash busybox:busybox shellcheck:shellcheck unzip:unzip unshare:util-linux setpriv:util-linux mount:mount hyperfine:hyperfine docker-registry:docker-registry skopeo:skopeo openssl:openssl git:git gpg:gpg gpg-agent:gpg-agent gpgconf:gpgconf buildah:buildah umoci:umoci curl:curl jq:jq promtool:prometheus setsid:util-linux ip:iproute2)
 missing=()
 for entry in "${packages[@]}"; do
   command -v "${entry%%:*}" >/dev/null 2>&1 || missing+=("${entry#*:}")
@@ -29,10 +32,14 @@ if [ "${#missing[@]}" -gt 0 ]; then
   fi
 fi
 
+command -v go >/dev/null 2>&1 || { echo "test.sh: the control plane of the tests is built with Go 1.26 (https://go.dev/dl); put go on PATH" >&2; exit 1; }
+
 npm ci --no-audit --no-fund
 bash scripts/fetch-helm.sh
 bash scripts/build-image.sh fetch-node
 node scripts/generate-validator.mjs --check
 node scripts/build.mjs
 npm run typecheck
+bash scripts/cluster.sh up
+trap 'bash scripts/cluster.sh down' EXIT
 npx vitest run

@@ -5,7 +5,7 @@
  * (src/cli/launcher.ts, which passes through input with nothing to rewrite
  * without loading this application): then it hands over what it read.
  *
- * `vram-preflight webhook` is another door (src/webhook/), built into a file
+ * `vram-preflight webhook` (and `admit`, its answer without a cluster) is another door (src/webhook/), built into a file
  * of its own next to the launcher (<launcher stem>.webhook.cjs, scripts/build.mjs)
  * and required from there for that command only: a post-renderer run neither
  * reads, compiles nor initialises any of it.
@@ -20,8 +20,8 @@ export { EXIT_WRITE_FAILED } from './process-io.js';
 
 const argv = process.argv.slice(2);
 
-if (argv[0] === 'webhook') {
-  startWebhook();
+if (argv[0] === 'webhook' || argv[0] === 'admit') {
+  startWebhook(argv[0]);
 } else {
   main(argv, {
     stdin: (async function* () {
@@ -51,9 +51,9 @@ declare const __vram_preflight_webhook: string;
  * launcher passes its own __dirname and require (src/cli/launcher.ts), so the
  * path is computed at run time and esbuild leaves the require alone.
  */
-function startWebhook(): void {
+function startWebhook(command: 'webhook' | 'admit'): void {
   const file = join(__dirname, __vram_preflight_webhook);
-  let webhook: { runWebhook(argv: readonly string[]): Promise<void> };
+  let webhook: { runWebhook(argv: readonly string[]): Promise<void>; runAdmitProcess(argv: readonly string[]): Promise<void> };
   try {
     webhook = require(file) as typeof webhook;
   } catch (error) {
@@ -66,7 +66,7 @@ function startWebhook(): void {
     process.exitCode = 70;
     return;
   }
-  webhook.runWebhook(argv.slice(1)).catch((error: unknown) => {
+  (command === 'admit' ? webhook.runAdmitProcess(argv.slice(1)) : webhook.runWebhook(argv.slice(1))).catch((error: unknown) => {
     stderr.write(`vram-preflight: internal error: ${error instanceof Error ? error.stack : String(error)}\n`);
     process.exitCode = 70;
   });

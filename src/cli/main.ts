@@ -8,7 +8,9 @@
  * written to stdout.
  */
 import { isUtf8 } from 'node:buffer';
-import { CONFIG_ENV, CONFIG_FLAG, SCALAR_OPTIONS, type Options } from '../config/sources.js';
+import { CONFIG_FLAG, type Options } from '../config/sources.js';
+import { optionHelp, parseCommandLine } from '../config/flags.js';
+import { closest, quoteBounded } from '../config/suggest.js';
 import { resolveOptions } from '../config/load.js';
 import { escapeControl, PreflightError } from '../core/errors.js';
 import { renderExplanation } from '../core/report/explain.js';
@@ -52,6 +54,7 @@ Usage:
   vram-preflight explain [--output text|json] [options] < rendered.yaml
   vram-preflight resolve [options] IMAGE...     print config images entries read from the registry
   vram-preflight webhook --help                 the cluster-wide admission webhook (docs/webhook.md)
+  vram-preflight admit [options] < pod.yaml     what the webhook answers for a pod, a workload or an admission review
   helm install NAME CHART --post-renderer vram-preflight [--post-renderer-args --timeout-seconds=600]
 
 Rewrites every container that starts vLLM on an NVIDIA GPU so that it waits
@@ -59,15 +62,7 @@ until each GPU has the memory vLLM will ask for, then starts vLLM unchanged.
 Every other document passes through byte for byte.
 
 Options (flag, or environment variable; a config file sets the same names in camelCase):
-${[
-  { flag: CONFIG_FLAG, env: CONFIG_ENV, help: 'YAML or JSON config file (schema: config.schema.json)' },
-  ...SCALAR_OPTIONS,
-]
-  .map((o) => `  ${`${o.flag} VALUE`.padEnd(36)}${o.help}\n  ${''.padEnd(36)}env ${o.env}`)
-  .join('\n')}
-  --output text|json                  explain's format (json: src/report.schema.json)
-  -h, --help                          show this help
-  -v, --version                       print the version
+${optionHelp('render', 'all')}
 
 Annotations on a workload or its pod template:
   vram-preflight.io/skip: "true"                      leave this workload alone
@@ -79,8 +74,10 @@ Exit codes: 0 ok, 1 input cannot be rewritten safely, 2 usage or option error,
 Docs: docs/ in the package (detection, configuration, errors, operations).
 `;
 
+type Command = 'transform' | 'explain' | 'resolve';
+
 interface ParsedArgs {
-  command: 'transform' | 'explain' | 'resolve' | 'help' | 'version';
+  command: Command | 'help' | 'version';
   flags: { flag: string; value: string }[];
   configPath?: string;
   output: 'text' | 'json';
@@ -90,91 +87,39 @@ interface ParsedArgs {
 
 const OUTPUT_FLAG = '--output';
 
-const VALUE_FLAGS: readonly string[] = [CONFIG_FLAG, OUTPUT_FLAG, ...SCALAR_OPTIONS.map((o) => o.flag)];
-
-/** Refuses a flag we do not have, naming the ones it may have meant. */
-function checkKnownFlag(flag: string): void {
-  if (VALUE_FLAGS.includes(flag)) return;
-  // `--post-renderer-args '--timeout-seconds 900'` hands over one word with a space in it.
-  const space = flag.search(/\s/);
-  const first = space === -1 ? '' : flag.slice(0, space);
-  if (VALUE_FLAGS.includes(first)) {
-    const written = `${first}=${flag.slice(space).trim()}`;
-    throw new PreflightError('USAGE', `"${flag}" came as one argument, the option and its value with a space between them inside it (quoting, or one --post-renderer-args holding both, does that)`, {
-      fix: `write it as ${written} (one word, with =), e.g. helm ... --post-renderer-args=${written}`,
-    });
-  }
-  const close = closeFlags(flag);
-  throw new PreflightError('USAGE', `unknown option ${flag}`, {
-    fix: close.length ? `did you mean ${close.join(' or ')}? (all options: vram-preflight --help)` : `valid options: ${VALUE_FLAGS.join(', ')}, --help, --version`,
-  });
-}
-
-/** The valid flags within a few edits of `flag` (a typo), or of which it is a part, nearest first. */
-function closeFlags(flag: string): string[] {
-  const name = flag.replace(/^-+/, '').toLowerCase();
-  if (name.length < 2) return [];
-  const scored = VALUE_FLAGS.map((valid) => {
-    const validName = valid.slice(2);
-    const distance = editDistance(name, validName);
-    return { valid, distance, close: distance <= Math.max(2, Math.floor(validName.length / 4)) || validName.includes(name) || name.includes(validName) };
-  });
-  return scored
-    .filter((s) => s.close)
-    .sort((a, b) => a.distance - b.distance)
-    .slice(0, 3)
-    .map((s) => s.valid);
-}
-
-/** Levenshtein distance (insertions, deletions, substitutions), in two rows. */
-export function editDistance(a: string, b: string): number {
-  let previous = Array.from({ length: b.length + 1 }, (_, j) => j);
-  for (let i = 1; i <= a.length; i++) {
-    const current = [i];
-    for (let j = 1; j <= b.length; j++) {
-      current[j] = Math.min(previous[j]! + 1, current[j - 1]! + 1, previous[j - 1]! + (a[i - 1] === b[j - 1] ? 0 : 1));
-    }
-    previous = current;
-  }
-  return previous[b.length]!;
-}
+/** The commands a first word may name (`webhook` and `admit` are started by src/cli/bin.ts before this parser runs). */
+const COMMANDS: readonly string[] = ['explain', 'resolve', 'webhook', 'admit'];
 
 function parseArgs(argv: readonly string[]): ParsedArgs {
+  const line = parseCommandLine(argv, 'render');
   const parsed: ParsedArgs = { command: 'transform', flags: [], output: 'text', images: [] };
-  let outputGiven = false;
-  for (let i = 0; i < argv.length; i++) {
-    const arg = argv[i]!;
-    if (arg === '-h' || arg === '--help') return { ...parsed, command: 'help' };
-    if (arg === '-v' || arg === '--version') return { ...parsed, command: 'version' };
-    if ((arg === 'explain' || arg === 'resolve') && i === 0) {
-      parsed.command = arg;
-      continue;
-    }
-    if (!arg.startsWith('--')) {
-      if (parsed.command === 'resolve') {
-        parsed.images.push(arg);
-        continue;
-      }
-      throw new PreflightError('USAGE', `unexpected argument "${arg}"`, { fix: 'vram-preflight reads the manifests on stdin; see --help' });
-    }
-    const eq = arg.indexOf('=');
-    const flag = eq === -1 ? arg : arg.slice(0, eq);
-    // Known before a value is taken: `--bogus 5` is an unknown option, not `--bogus` with the value 5.
-    checkKnownFlag(flag);
-    let value: string;
-    if (eq !== -1) value = arg.slice(eq + 1);
-    else if (i + 1 < argv.length) value = argv[++i]!;
-    else throw new PreflightError('USAGE', `option ${flag} needs a value`, { fix: `${flag}=VALUE; see vram-preflight --help` });
+  if (line.stop === '--help') return { ...parsed, command: 'help' };
+  if (line.stop === '--version') return { ...parsed, command: 'version' };
+  const [first, ...rest] = line.words;
+  if (first === 'explain' || first === 'resolve') parsed.command = first;
+  else if (first !== undefined) refuseWord(first, true);
+  if (parsed.command === 'resolve') parsed.images = rest;
+  else if (rest.length) refuseWord(rest[0]!, false);
+  for (const { flag, value } of line.wrap) {
     if (flag === CONFIG_FLAG) parsed.configPath = value;
-    else if (flag === OUTPUT_FLAG) {
-      if (value !== 'text' && value !== 'json') throw new PreflightError('USAGE', `${OUTPUT_FLAG} is "${value}"`, { fix: `use ${OUTPUT_FLAG} text or ${OUTPUT_FLAG} json` });
-      parsed.output = value;
-      outputGiven = true;
-    } else parsed.flags.push({ flag, value });
+    else parsed.flags.push({ flag, value });
   }
-  if (outputGiven && parsed.command !== 'explain') throw new PreflightError('USAGE', `${OUTPUT_FLAG} belongs to explain`, { fix: 'vram-preflight explain --output json < rendered.yaml' });
+  const output = line.door.get(OUTPUT_FLAG);
+  if (output !== undefined) {
+    if (output !== 'text' && output !== 'json') throw new PreflightError('USAGE', `${OUTPUT_FLAG} is ${quoteBounded(output)}`, { fix: `use ${OUTPUT_FLAG} text or ${OUTPUT_FLAG} json` });
+    if (parsed.command !== 'explain') throw new PreflightError('USAGE', `${OUTPUT_FLAG} belongs to explain`, { fix: 'vram-preflight explain --output json < rendered.yaml' });
+    parsed.output = output;
+  }
   if (parsed.command === 'resolve' && parsed.images.length === 0) throw new PreflightError('USAGE', 'resolve needs at least one image', { fix: 'vram-preflight resolve lmcache/vllm-openai:nightly-2026-08-18-cu129' });
   return parsed;
+}
+
+/** A word where none is taken: a misspelt command gets its name, anything else what the CLI reads instead. */
+function refuseWord(word: string, first: boolean): never {
+  const close = first ? closest(word, COMMANDS) : [];
+  throw new PreflightError('USAGE', `unexpected argument ${quoteBounded(word)}`, {
+    fix: close.length ? `did you mean vram-preflight ${close.join(' or ')}? (see vram-preflight --help)` : 'vram-preflight reads the manifests on stdin; see --help',
+  });
 }
 
 async function readAll(stdin: AsyncIterable<Uint8Array | string>): Promise<StreamText> {
@@ -253,13 +198,28 @@ async function resolveImages(images: readonly string[], options: Options, io: Cl
   const found = [...answers.values()].filter((a): a is ImageStartAnswer => !('error' in a));
   const warnings = [...new Set(found.flatMap((a) => (a.warning ? [`warning: ${escapeControl(`${a.image}: ${a.warning}`)}`] : [])))];
   if (failures.length) {
-    report(io, diagnosticsFile, [...failures.map((f) => `error IO: ${escapeControl(`image "${f.image}": ${f.error}`)}`), ...warnings]);
+    report(io, diagnosticsFile, [...failures.map((f) => new PreflightError('IO', `image "${f.image}": ${f.error}`, { fix: resolveFix(f) }).format()), ...warnings]);
     return 1;
   }
   if (!report(io, diagnosticsFile, warnings)) return 1;
   const { renderImageEntries } = await import('../registry/index.js');
   io.stdout.write(renderImageEntries(found));
   return 0;
+}
+
+/** What to do about a failed `resolve`, by what failed (docs/registry-lookup.md). */
+function resolveFix(failure: LookupFailure): string {
+  const image = failure.image.trim();
+  switch (failure.kind) {
+    case 'unreachable':
+      return `the registry cannot be reached from here: check the way to it (HTTPS_PROXY/NO_PROXY, --registry-ca-file for a private CA, --registry-insecure for plain HTTP; docs/registry-lookup.md), or run resolve where it can be reached, or read the start where the image can be pulled (skopeo inspect --config docker://${image}) and write the entry by hand`;
+    case 'denied':
+      return 'give credentials for this registry: `docker login <registry>` writes them into ~/.docker/config.json, which resolve reads ($DOCKER_CONFIG/config.json when DOCKER_CONFIG is set; docs/registry-lookup.md, "Authentication")';
+    case 'not-found':
+      return `check the repository and tag: the registry has no ${image} (skopeo list-tags docker://${image.replace(/[:@][^/]*$/, '')} lists the tags)`;
+    default:
+      return 'check the image reference and --registry-platform (docs/registry-lookup.md)';
+  }
 }
 
 /**

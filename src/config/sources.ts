@@ -8,6 +8,7 @@
 import { parse as parseYaml } from 'yaml';
 import { PreflightError } from '../core/errors.js';
 import { validateConfig, type SchemaError } from './validate.js';
+import { closest, quoteBounded } from './suggest.js';
 import { KNOWN_IMAGES } from '../core/tables/images.js';
 import { DEFAULT_OPTIONS, type ImageStart, type Options } from '../core/options.js';
 
@@ -36,11 +37,12 @@ export const SCALAR_OPTIONS: readonly { key: Key; flag: string; env: string; kin
   { key: 'registryInsecure', flag: '--registry-insecure', env: 'VRAM_PREFLIGHT_REGISTRY_INSECURE', kind: 'list', help: 'registry host[:port] reached over plain HTTP or unverified TLS (repeatable; env: comma list)' },
   { key: 'registryCaFile', flag: '--registry-ca-file', env: 'VRAM_PREFLIGHT_REGISTRY_CA_FILE', kind: 'text', help: 'extra CA certificates (PEM) trusted for registries' },
   { key: 'fastParse', flag: '--fast-parse', env: 'VRAM_PREFLIGHT_FAST_PARSE', kind: 'text', help: 'on|off: read plain rendered YAML with the fast parser, falling back to the yaml library (default on)' },
-  { key: 'cacheDir', flag: '--cache-dir', env: 'VRAM_PREFLIGHT_CACHE_DIR', kind: 'text', help: 'registry answer cache (default $XDG_CACHE_HOME/vram-preflight)' },
+  { key: 'cacheDir', flag: '--cache-dir', env: 'VRAM_PREFLIGHT_CACHE_DIR', kind: 'text', help: 'registry answer cache (default $XDG_CACHE_HOME/vram-preflight; the webhook: $TMPDIR/vram-preflight-cache)' },
 ];
 
 export const CONFIG_FLAG = '--config';
 export const CONFIG_ENV = 'VRAM_PREFLIGHT_CONFIG';
+const ENV_PREFIX = 'VRAM_PREFLIGHT_';
 
 export type PartialOptions = Partial<Record<Key, unknown>>;
 
@@ -59,13 +61,14 @@ export function optionsFromEnv(env: Readonly<Record<string, string | undefined>>
   const result: PartialOptions = {};
   // Names first, values only of ours: reading process.env's values is a call into Node for each.
   for (const name of Object.keys(env)) {
-    if (!name.startsWith('VRAM_PREFLIGHT_') || name === CONFIG_ENV) continue;
+    if (!name.startsWith(ENV_PREFIX) || name === CONFIG_ENV) continue;
     const value = env[name];
     if (value === undefined) continue;
     const option = SCALAR_OPTIONS.find((o) => o.env === name);
     if (!option) {
+      const close = closest(name, [CONFIG_ENV, ...SCALAR_OPTIONS.map((o) => o.env)], (n) => n.slice(ENV_PREFIX.length));
       throw new PreflightError('BAD_OPTION', `unknown environment variable ${name}`, {
-        fix: `use one of ${[CONFIG_ENV, ...SCALAR_OPTIONS.map((o) => o.env)].join(', ')}`,
+        fix: close.length ? `did you mean ${close.join(' or ')}? (every variable: docs/configuration.md)` : 'unset it; the variables vram-preflight reads are listed by vram-preflight --help and in docs/configuration.md',
       });
     }
     result[option.key] = convert(option.kind, value);
@@ -146,15 +149,29 @@ function checkOptions(options: Record<string, unknown>, origin: string): void {
   const errors = validateConfig(options);
   if (errors.length === 0) return;
   const code = origin.startsWith('config file') ? 'BAD_CONFIG' : 'BAD_OPTION';
-  throw new PreflightError(code, `invalid ${origin}: ${errors.map((e) => describeSchemaError(e)).join('; ')}`, {
-    fix: 'see vram-preflight --help and docs/configuration.md',
+  const suggestions = errors.flatMap((e) => (e.suggestion ? [e.suggestion] : []));
+  throw new PreflightError(code, `invalid ${origin}: ${errors.map((e) => describeSchemaError(e, options)).join('; ')}`, {
+    fix: suggestions.length ? `${suggestions.join('; ')} (docs/configuration.md)` : 'see vram-preflight --help and docs/configuration.md',
   });
 }
 
-function describeSchemaError(error: SchemaError): string {
+/** `key (flag / env) is "abc", must be integer`: where, the value given (cut short), what it must be. */
+function describeSchemaError(error: SchemaError, options: Record<string, unknown>): string {
   const key = error.path === '' ? '' : error.path.replace(/^\//, '').replace(/\//g, '.');
-  const label = key === '' ? 'the options' : `${key} (${flagFor(key)})`;
-  return `${label} ${error.message}`;
+  if (key === '') return error.message.replace(/^has an /, 'an ');
+  const value = valueAt(options, error.path);
+  const given = error.quoteValue && value !== undefined ? ` is ${quoteBounded(value)},` : '';
+  return `${key} (${flagFor(key)})${given} ${error.message}`;
+}
+
+/** The value at a JSON pointer of the validated object (the schema's paths have no escapes: plain keys and indexes). */
+function valueAt(root: unknown, pointer: string): unknown {
+  let at = root;
+  for (const part of pointer.split('/').slice(1)) {
+    if (at === null || typeof at !== 'object') return undefined;
+    at = (at as Record<string, unknown>)[part];
+  }
+  return at;
 }
 
 function flagFor(key: string): string {

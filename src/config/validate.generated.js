@@ -1033,3 +1033,4 @@ validate10.errors = vErrors;
 return errors === 0;
 }
 
+export const KNOWN_KEYS = {"":["timeoutSeconds","pollIntervalSeconds","logIntervalSeconds","headroomMiB","contextMiB","defaultUtilization","onNvidiaSmiUnavailable","nvidiaSmiTimeoutSeconds","fastParse","containerNames","images","diagnosticsFile","registryLookup","registryPlatform","registryTimeoutSeconds","cacheDir","registryInsecure","registryCaFile","reportFile"],"/images/*":["repository","tag","entrypoint","cmd","digest","like"]};

@@ -4,6 +4,7 @@
  * download is checked against its digest. Auth: Bearer token flow (anonymous
  * or with Docker-config credentials) and Basic.
  */
+import type { LookupFailureKind } from '../core/decide/start.js';
 import type { ImageStart } from './cache.js';
 import type { Credential, Credentials } from './credentials.js';
 import { parseChallenge } from './credentials.js';
@@ -20,8 +21,12 @@ const MAX_CONFIG_BYTES = 16 * 1024 * 1024;
 
 /** Why a lookup failed. `unreachable`: the registry gave no usable answer (network, timeout, 5xx, 429), so a cached answer may stand in. */
 export class LookupError extends Error {
-  constructor(message: string, readonly unreachable = false) {
+  /** What kind of failure, for the fix a door prints (a value: nobody reads the message for it). */
+  readonly kind: LookupFailureKind;
+
+  constructor(message: string, readonly unreachable = false, kind?: Exclude<LookupFailureKind, 'unreachable'>) {
     super(message);
+    this.kind = unreachable ? 'unreachable' : (kind ?? 'invalid');
   }
 }
 
@@ -158,17 +163,17 @@ export class Registry {
     if (challenge?.scheme === 'bearer' && challenge.params.realm) {
       authorization = `Bearer ${await this.token(challenge.params, repository, credential, lookup.none)}`;
     } else if (challenge?.scheme === 'basic' || !challenge) {
-      if (credential?.kind !== 'basic') throw new LookupError(`${this.name}: 401 Unauthorized (${credential ? `${credential.source} holds an identity token, but the registry asks for Basic auth` : lookup.none})`);
+      if (credential?.kind !== 'basic') throw new LookupError(`${this.name}: 401 Unauthorized (${credential ? `${credential.source} holds an identity token, but the registry asks for Basic auth` : lookup.none})`, false, 'denied');
       authorization = `Basic ${Buffer.from(`${credential.username}:${credential.password}`).toString('base64')}`;
     } else {
-      throw new LookupError(`${this.name}: 401 Unauthorized (unsupported auth scheme ${challenge.scheme})`);
+      throw new LookupError(`${this.name}: 401 Unauthorized (unsupported auth scheme ${challenge.scheme})`, false, 'denied');
     }
     this.auth.set(repository, authorization);
     res = await this.send(method, path, { ...headers, Authorization: authorization }, maxBytes);
     if (res.status === 401 || res.status === 403) {
       const detail = registryErrors(res);
       const why = credential ? `credentials from ${credential.source} were refused` : `${lookup.none}; a repository that does not exist gets the same answer`;
-      throw new LookupError(`${this.name}: ${statusLine(res.status)} for ${repository} (${why})${detail ? `: ${detail}` : ''}`);
+      throw new LookupError(`${this.name}: ${statusLine(res.status)} for ${repository} (${why})${detail ? `: ${detail}` : ''}`, false, 'denied');
     }
     return res;
   }
@@ -178,7 +183,7 @@ export class Registry {
     try {
       url = new URL(params.realm!);
     } catch {
-      throw new LookupError(`${this.name}: 401 Unauthorized, and its token realm ${JSON.stringify(params.realm)} is not a URL`);
+      throw new LookupError(`${this.name}: 401 Unauthorized, and its token realm ${JSON.stringify(params.realm)} is not a URL`, false, 'denied');
     }
     const scope = params.scope ?? `repository:${repository}:pull`;
     let res: HttpResponse;
@@ -197,7 +202,7 @@ export class Registry {
       throw this.networkError(err, where);
     }
     if (res.status === 429) throw new LookupError(`${where}: 429 Too Many Requests (${retryAfter(res)})`, true);
-    if (res.status === 401 || res.status === 403) throw new LookupError(`${where}: ${statusLine(res.status)} (${credential ? `credentials from ${credential.source} were refused` : `anonymous access refused; ${none}`})`);
+    if (res.status === 401 || res.status === 403) throw new LookupError(`${where}: ${statusLine(res.status)} (${credential ? `credentials from ${credential.source} were refused` : `anonymous access refused; ${none}`})`, false, 'denied');
     if (res.status >= 500) throw new LookupError(`${where}: ${statusLine(res.status)}`, true);
     if (res.status !== 200) throw new LookupError(`${where}: ${statusLine(res.status)}`);
     let token: string | undefined;
@@ -215,7 +220,7 @@ export class Registry {
     if (res.status >= 200 && res.status < 300) return;
     if (res.status === 404) {
       const detail = registryErrors(res);
-      throw new LookupError(`${this.name}: ${what} not found (404${detail ? ` ${detail}` : ': no such repository, tag or digest'})`);
+      throw new LookupError(`${this.name}: ${what} not found (404${detail ? ` ${detail}` : ': no such repository, tag or digest'})`, false, 'not-found');
     }
     if (res.status === 429) throw new LookupError(`${this.name}: 429 Too Many Requests (${retryAfter(res)})`, true);
     const detail = registryErrors(res);

@@ -72,11 +72,11 @@ async function lookupOne(image: string, run: Run): Promise<ImageStartAnswer | Lo
   try {
     ref = parseImage(image);
   } catch (err) {
-    return { image, error: `not an image reference (${(err as Error).message})` };
+    return { image, error: `not an image reference (${(err as Error).message})`, kind: 'invalid' };
   }
-  if (!REPOSITORY_PATTERN.test(ref.repository)) return { image, error: `not an image reference: repository ${JSON.stringify(ref.repository)} is not a valid name` };
-  if (ref.digest !== undefined && !DIGEST_PATTERN.test(ref.digest)) return { image, error: `not an image reference: digest ${JSON.stringify(ref.digest)} is not sha256:<64 hex> or sha512:<128 hex>` };
-  if (ref.tag !== undefined && !TAG_PATTERN.test(ref.tag)) return { image, error: `not an image reference: tag ${JSON.stringify(ref.tag)} is not a valid tag` };
+  if (!REPOSITORY_PATTERN.test(ref.repository)) return { image, error: `not an image reference: repository ${JSON.stringify(ref.repository)} is not a valid name`, kind: 'invalid' };
+  if (ref.digest !== undefined && !DIGEST_PATTERN.test(ref.digest)) return { image, error: `not an image reference: digest ${JSON.stringify(ref.digest)} is not sha256:<64 hex> or sha512:<128 hex>`, kind: 'invalid' };
+  if (ref.tag !== undefined && !TAG_PATTERN.test(ref.tag)) return { image, error: `not an image reference: tag ${JSON.stringify(ref.tag)} is not a valid tag`, kind: 'invalid' };
 
   let registry = run.registries.get(ref.registry);
   if (!registry) {
@@ -115,7 +115,7 @@ async function lookupOne(image: string, run: Run): Promise<ImageStartAnswer | Lo
     const last = await cache.readTag(ref.registry, ref.repository, tag);
     const lastStart = last && startFor(await cache.readConfig(last.digest), wantText);
     const stale = (err: LookupError, moved?: string): ImageStartAnswer | LookupFailure => {
-      if (!last || !lastStart) return { image, error: `${err.message} (and no earlier answer for this tag is cached)` };
+      if (!last || !lastStart) return { image, error: `${err.message} (and no earlier answer for this tag is cached)`, kind: err.kind };
       warnings.push(`${err.message}; ${moved ? `the tag now points at ${moved}, which could not be read, so ` : ''}using the answer cached ${age(last.checkedAt, run.now())} ago (${last.checkedAt}, ${last.digest}), which may be out of date`);
       return answer(lastStart, last.digest, 'stale-cache', last.checkedAt);
     };
@@ -140,7 +140,7 @@ async function lookupOne(image: string, run: Run): Promise<ImageStartAnswer | Lo
     await cache.writeTag(ref.registry, ref.repository, tag, { digest, checkedAt: nowIso });
     return answer(start, digest, source, nowIso);
   } catch (err) {
-    return { image, error: err instanceof LookupError ? err.message : `lookup failed: ${(err as Error).message ?? String(err)}` };
+    return err instanceof LookupError ? { image, error: err.message, kind: err.kind } : { image, error: `lookup failed: ${(err as Error).message ?? String(err)}` };
   }
 }
 
@@ -157,7 +157,7 @@ export async function lookupImageStarts(images: readonly string[], options: Regi
   try {
     want = parsePlatform(options.platform);
   } catch (err) {
-    for (const image of unique) results.set(image, { image, error: (err as Error).message });
+    for (const image of unique) results.set(image, { image, error: (err as Error).message, kind: 'invalid' });
     return results;
   }
   const { homedir } = await import('node:os');
@@ -167,7 +167,7 @@ export async function lookupImageStarts(images: readonly string[], options: Regi
     try {
       ca = [await readFile(options.caFile, 'utf8')];
     } catch (err) {
-      for (const image of unique) results.set(image, { image, error: `CA file ${options.caFile} could not be read (${(err as NodeJS.ErrnoException).code ?? String(err)})` });
+      for (const image of unique) results.set(image, { image, error: `CA file ${options.caFile} could not be read (${(err as NodeJS.ErrnoException).code ?? String(err)})`, kind: 'invalid' });
       return results;
     }
   }

@@ -144,6 +144,7 @@ export function webhookMetrics() {
     ]),
     inFlight: new Gauge(`${prefix}_in_flight_requests`, 'Requests being answered now.'),
     configValid: new Gauge(`${prefix}_config_valid`, '1 when a valid config is loaded (the webhook is ready), else 0.'),
+    certificateExpiry: new Gauge(`${prefix}_certificate_expiry_timestamp_seconds`, 'When the certificate in --tls-cert-file (the first of its chain) expires, Unix seconds; re-read when the file changes.'),
   };
   return {
     ...metrics,

@@ -15,7 +15,9 @@
  *
  * Request hygiene: /mutate takes POST only (405), application/json only
  * (415), at most BODY_LIMIT bytes (413; the API server's objects are at most
- * ~3 MiB), malformed bodies get 400 with a message. Slow clients: TLS
+ * ~3 MiB), malformed bodies get 400 with a message. Every answer that is not
+ * 2xx is JSON ({"error": ..., "status": ...}), and every refused request is
+ * logged once ("request refused", or the admission line of a 400). Slow clients: TLS
  * handshake, request headers and the whole request each have a deadline well
  * inside the API server's webhook timeout, idle connections are closed.
  *
@@ -24,7 +26,7 @@
  */
 import { readFileSync } from 'node:fs';
 import { createSecureServer, type Http2SecureServer, type Http2ServerRequest, type Http2ServerResponse, type ServerHttp2Session } from 'node:http2';
-import type { IncomingMessage, ServerResponse } from 'node:http';
+import { STATUS_CODES, type IncomingMessage, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { createSecureContext, type TLSSocket } from 'node:tls';
 import { resolveOptions } from '../config/load.js';
@@ -106,7 +108,7 @@ class HttpProblem extends Error {
 }
 
 /** The registry client's options: per request within the pod's budget; the whole lookup may run on after it, bounded, to fill the cache. */
-function registryOptions(options: Options, env: WebhookSettings['env']): RegistryOptions {
+export function registryOptions(options: Options, env: WebhookSettings['env']): RegistryOptions {
   const requestTimeoutMs = Math.min(5000, Math.round(options.registryTimeoutSeconds * 1000));
   return {
     platform: options.registryPlatform,
@@ -117,6 +119,11 @@ function registryOptions(options: Options, env: WebhookSettings['env']): Registr
     caFile: options.registryCaFile,
     env,
   };
+}
+
+/** The body of every answer that is not 2xx. */
+function jsonError(status: number, message: string): string {
+  return `${JSON.stringify({ error: message, status })}\n`;
 }
 
 function readBody(req: Request, deadlineMs: number): Promise<string> {
@@ -247,6 +254,21 @@ export async function startWebhook(settings: WebhookSettings): Promise<Webhook> 
     session.on('close', () => sessions.delete(session));
     if (draining) session.close();
   });
+  // HTTP/1.1 requests Node refuses before they reach us (headers too slow, too large, not HTTP): the same JSON answer and log line.
+  // Anything else here (a TLS handshake that failed or timed out, a reset) is only closed, as Node would without this listener.
+  server.on('clientError', (error: NodeJS.ErrnoException, socket: TLSSocket) => {
+    const httpError = error.code === 'ERR_HTTP_REQUEST_TIMEOUT' || error.code?.startsWith('HPE_');
+    if (!httpError || !socket.writable || socket.bytesWritten > 0) {
+      socket.destroy();
+      return;
+    }
+    const status = error.code === 'ERR_HTTP_REQUEST_TIMEOUT' ? 408 : error.code === 'HPE_HEADER_OVERFLOW' ? 431 : 400;
+    const message = status === 408 ? `the request did not arrive within ${settings.headersTimeoutMs} ms` : status === 431 ? 'the request headers are too large' : `not an HTTP request (${error.code ?? error.message})`;
+    metrics.requests.inc({ route: 'other', code: String(status) });
+    log({ level: 'warn', msg: 'request refused', status, error: message });
+    const body = jsonError(status, message);
+    socket.end(`HTTP/1.1 ${status} ${STATUS_CODES[status]}\r\ncontent-type: application/json\r\ncontent-length: ${Buffer.byteLength(body)}\r\nconnection: close\r\n\r\n${body}`);
+  });
   server.on('tlsClientError', () => {
     // A client that cannot finish a handshake is the client's problem; nothing to log per connection.
   });
@@ -274,6 +296,12 @@ export async function startWebhook(settings: WebhookSettings): Promise<Webhook> 
     }
   };
 
+  /** A refused request: one JSON answer, one log line. */
+  const refuse = (req: Request, res: Response, status: number, message: string, extra: Record<string, string> = {}): void => {
+    log({ level: 'warn', msg: 'request refused', status, method: req.method, path: routeOf(req), error: message });
+    send(req, res, status, 'application/json', jsonError(status, message), extra);
+  };
+
   const routeOf = (req: Request): string => {
     const path = (req.url ?? '').split('?')[0];
     return path === '/mutate' || path === '/healthz' || path === '/readyz' || path === '/metrics' ? path : 'other';
@@ -282,12 +310,12 @@ export async function startWebhook(settings: WebhookSettings): Promise<Webhook> 
   const mutate = async (req: Request, res: Response): Promise<void> => {
     const started = process.hrtime.bigint();
     if (req.method !== 'POST') {
-      send(req, res, 405, 'text/plain; charset=utf-8', `${req.method} is not allowed here: POST an AdmissionReview\n`, { allow: 'POST' });
+      refuse(req, res, 405, `${req.method} is not allowed here: POST an AdmissionReview`, { allow: 'POST' });
       return;
     }
     const type = String(req.headers['content-type'] ?? '');
     if (!/^application\/json\s*(;|$)/i.test(type)) {
-      send(req, res, 415, 'text/plain; charset=utf-8', `Content-Type is ${JSON.stringify(type)}: send application/json\n`);
+      refuse(req, res, 415, `Content-Type is ${JSON.stringify(type).slice(0, 100)}: send application/json`);
       return;
     }
     let text: string;
@@ -296,8 +324,7 @@ export async function startWebhook(settings: WebhookSettings): Promise<Webhook> 
     } catch (error) {
       const status = error instanceof HttpProblem ? error.status : 400;
       metrics.admissions.inc({ outcome: 'invalid', dry_run: 'false' });
-      log({ level: 'warn', msg: 'request refused', status, error: (error as Error).message });
-      send(req, res, status, 'text/plain; charset=utf-8', `${(error as Error).message}\n`);
+      refuse(req, res, status, (error as Error).message);
       return;
     }
     // Not ready (no valid config yet): the API server should not be sending; if it does, the pod goes in unchanged.
@@ -321,7 +348,7 @@ export async function startWebhook(settings: WebhookSettings): Promise<Webhook> 
     } catch {
       uid = undefined;
     }
-    if (typeof uid !== 'string') return { status: 400, body: JSON.stringify({ error: 'not an AdmissionReview with a request.uid' }), outcome: 'invalid', dryRun: false, wrapped: [], refused: [], skipped: 0, log: {} };
+    if (typeof uid !== 'string') return { status: 400, body: jsonError(400, 'not an AdmissionReview with a request.uid'), outcome: 'invalid', dryRun: false, wrapped: [], refused: [], skipped: 0, log: {} };
     const body = JSON.stringify({ apiVersion: 'admission.k8s.io/v1', kind: 'AdmissionReview', response: { uid, allowed: true, warnings: ['vram-preflight: pod admitted unchanged: the webhook has no valid config (see its log)'] } });
     return { status: 200, body, outcome: 'not-wrapped', dryRun: false, wrapped: [], refused: [], skipped: 0, log: { uid, error: 'no valid config' } };
   };
@@ -349,18 +376,19 @@ export async function startWebhook(settings: WebhookSettings): Promise<Webhook> 
     const path = (req.url ?? '').split('?')[0];
     const answer = async (): Promise<void> => {
       if (path === '/mutate') return mutate(req, res);
-      if (req.method !== 'GET' && req.method !== 'HEAD') return send(req, res, 405, 'text/plain; charset=utf-8', `${req.method} is not allowed here\n`, { allow: 'GET' });
+      if (req.method !== 'GET' && req.method !== 'HEAD') return refuse(req, res, 405, `${req.method} is not allowed here`, { allow: 'GET' });
       if (path === '/healthz') return send(req, res, 200, 'text/plain; charset=utf-8', 'ok\n');
       if (path === '/readyz') {
         if (ready()) return send(req, res, 200, 'text/plain; charset=utf-8', 'ok\n');
-        return send(req, res, 503, 'text/plain; charset=utf-8', draining ? 'draining\n' : `no valid config: ${configProblem ?? 'see the log'}\n`);
+        // Not a refused request: a probe's answer, asked every few seconds; the reason was logged when it arose.
+        return send(req, res, 503, 'application/json', jsonError(503, draining ? 'draining' : `no valid config: ${configProblem ?? 'see the log'}`));
       }
       if (path === '/metrics') return send(req, res, 200, 'text/plain; version=0.0.4; charset=utf-8', metrics.render());
-      return send(req, res, 404, 'text/plain; charset=utf-8', 'not found: POST /mutate, GET /healthz, /readyz, /metrics\n');
+      return refuse(req, res, 404, 'not found: POST /mutate, GET /healthz, /readyz, /metrics');
     };
     answer().catch((error: unknown) => {
       log({ level: 'error', msg: 'internal error', error: error instanceof Error ? (error.stack ?? error.message) : String(error) });
-      if (!res.headersSent) send(req, res, 500, 'text/plain; charset=utf-8', 'internal error\n');
+      if (!res.headersSent) send(req, res, 500, 'application/json', jsonError(500, 'internal error (logged)'));
       else if (!res.writableEnded) res.end();
     });
   };

@@ -38,7 +38,7 @@ describe('CLI', () => {
     const run = await runCli(['--timeout-seconds', 'soon'], realVllm);
     expect(run.code).toBe(2);
     expect(run.stdout).toBe('');
-    expect(run.stderr).toContain('timeoutSeconds (--timeout-seconds / VRAM_PREFLIGHT_TIMEOUT_SECONDS) must be integer');
+    expect(run.stderr).toContain('timeoutSeconds (--timeout-seconds / VRAM_PREFLIGHT_TIMEOUT_SECONDS) is "soon", must be integer');
     const enumRun = await runCli(['--on-nvidia-smi-unavailable=ignore'], realVllm);
     expect(enumRun.stderr).toContain('must be one of "warn", "fail"');
   });

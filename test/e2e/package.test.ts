@@ -19,8 +19,8 @@ beforeAll(() => {
 
 afterAll(removeTempDirs);
 
-describe('plugin.yaml', () => {
-  const text = readFileSync(path.join(ROOT, 'plugin.yaml'), 'utf8');
+describe('plugin.yaml (helm-plugin/plugin.yaml)', () => {
+  const text = readFileSync(path.join(ROOT, 'helm-plugin/plugin.yaml'), 'utf8');
   const meta = parse(text) as Record<string, unknown>;
 
   it('has the version of package.json and src/core/version.ts, in strict semver', () => {
@@ -113,7 +113,7 @@ describe('packaged plugin', () => {
   it('dist/plugin/vram-preflight holds plugin.yaml (unchanged), the Node.js check in bin/, the bundle in dist/, README', () => {
     expect(readdirSync(art.pluginDir).sort()).toEqual(expect.arrayContaining(['README.md', 'bin', 'dist', 'plugin.yaml']));
     expect(readFileSync(path.join(art.pluginDir, 'bin/node-version-guard.cjs'), 'utf8')).toBe(readFileSync(path.join(ROOT, 'bin/node-version-guard.cjs'), 'utf8'));
-    expect(readFileSync(path.join(art.pluginDir, 'plugin.yaml'), 'utf8')).toBe(readFileSync(path.join(ROOT, 'plugin.yaml'), 'utf8'));
+    expect(readFileSync(path.join(art.pluginDir, 'plugin.yaml'), 'utf8')).toBe(readFileSync(path.join(ROOT, 'helm-plugin/plugin.yaml'), 'utf8'));
     const bin = path.join(art.pluginDir, 'dist/vram-preflight.cjs');
     expect(readFileSync(bin).equals(readFileSync(art.bundle))).toBe(true);
     expect(statSync(bin).mode & 0o755).toBe(0o755);
@@ -178,7 +178,7 @@ describe('packaged plugin', () => {
     const installed = path.join(tempDir('npm-root'), 'vram-preflight');
     mkdirSync(path.join(installed, 'dist'), { recursive: true });
     mkdirSync(path.join(installed, 'bin'), { recursive: true });
-    copyFileSync(path.join(ROOT, 'plugin.yaml'), path.join(installed, 'plugin.yaml'));
+    copyFileSync(path.join(ROOT, 'helm-plugin/plugin.yaml'), path.join(installed, 'plugin.yaml'));
     copyFileSync(path.join(ROOT, 'bin/node-version-guard.cjs'), path.join(installed, 'bin/node-version-guard.cjs'));
     copyFileSync(art.bundle, path.join(installed, 'dist/vram-preflight.cjs'));
     copyFileSync(path.join(art.dist, 'vram-preflight.app.js'), path.join(installed, 'dist/vram-preflight.app.js'));

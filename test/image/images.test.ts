@@ -7,6 +7,7 @@
  * containers here) with nothing from this machine but the kernel.
  */
 import { execFile, spawn, spawnSync } from 'node:child_process';
+import { createHash } from 'node:crypto';
 import { cpSync, copyFileSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import https from 'node:https';
 import { tmpdir } from 'node:os';
@@ -145,11 +146,11 @@ describe('the webhook image', () => {
 
   it("serves HTTPS with the chart's generated certificate and config, started as the chart's Deployment starts it", async () => {
     // What the kubelet would mount: the chart's Secret and ConfigMap, at the Deployment's mount paths.
-    type Obj = { kind: string; data: Record<string, string>; spec: { template: { spec: { containers: { args: string[]; volumeMounts: { name: string; mountPath: string }[] }[] } } } };
+    type Obj = { kind: string; metadata: { name: string }; data: Record<string, string>; spec: { template: { spec: { containers: { args: string[]; volumeMounts: { name: string; mountPath: string }[] }[] } } } };
     const rendered = spawnSync(path.join(ROOT, '.cache/helm/v3/helm'), ['template', 'gate', path.join(ROOT, 'deploy/webhook'), '--namespace', 'vram-preflight', '--set', 'config.timeoutSeconds=600'], { encoding: 'utf8' });
     expect(rendered.status).toBe(0);
     const objs = parseAllDocuments(rendered.stdout).map((d) => d.toJS() as Obj);
-    const secret = objs.find((o) => o.kind === 'Secret')!;
+    const secret = objs.find((o) => o.kind === 'Secret' && o.metadata.name.endsWith('-tls'))!;
     const configMap = objs.find((o) => o.kind === 'ConfigMap')!;
     const container = objs.find((o) => o.kind === 'Deployment')!.spec.template.spec.containers[0]!;
     const mount = (name: string) => path.join(rootfs, container.volumeMounts.find((m) => m.name === name)!.mountPath);
@@ -223,6 +224,19 @@ describe('the Argo CD sidecar image', () => {
     expect(version.stdout.trim()).toBe(VERSION);
     const helm = inRootfs(rootfs, '999:999', envOf(config), ['helm', 'version', '--template', '{{.Version}}']);
     expect(helm.stdout).toMatch(/^v3\./);
+  });
+
+  it('its helm is the binary scripts/fetch-helm.sh pins by sha256, and the build refuses any other', () => {
+    const pinned = /^ {4}3\) echo "\S+ \S+ v3\.\S+ ([0-9a-f]{64})" ;;$/m.exec(readFileSync(path.join(ROOT, 'scripts/fetch-helm.sh'), 'utf8'))![1]!;
+    expect(createHash('sha256').update(readFileSync(path.join(rootfs, 'usr/local/bin/helm'))).digest('hex')).toBe(pinned);
+    // A cached helm that is not those bytes (but may well say it is v3.17.2) is refused.
+    const cache = path.join(work, 'helm-cache');
+    mkdirSync(path.join(cache, 'v3'), { recursive: true });
+    writeFileSync(path.join(cache, 'v3/helm'), Buffer.concat([readFileSync(path.join(ROOT, '.cache/helm/v3/helm')), Buffer.from('x')]));
+    const check = spawnSync('bash', [path.join(ROOT, 'scripts/fetch-helm.sh'), '--check', '3'], { encoding: 'utf8', env: { ...process.env, HELM_BIN_CACHE: cache } });
+    expect(check.status).toBe(1);
+    expect(check.stderr).toContain(`is not the pinned helm (sha256 ${pinned})`);
+    expect(spawnSync('bash', [path.join(ROOT, 'scripts/fetch-helm.sh'), '--check', '3']).status).toBe(0);
   });
 
   it('renders a chart through generate.sh inside its root filesystem, as argocd-cmp-server would run it', () => {

@@ -72,6 +72,15 @@ describe('registry lookup through the CLI', () => {
     expect(r.stderr).toContain('error UNKNOWN_START');
     expect(r.stderr).toContain('v0.11.1-v0.14.0');
     expect(r.stderr).toContain('not looked up (registryLookup: never)');
+    // The registry was not asked: resolve, which asks it, is the way to read the entry.
+    expect(r.stderr).toContain(`\`vram-preflight resolve ${image}\` prints this entry from the registry`);
+  });
+
+  it('resolve of an image the registry does not have: the failure and a fix for it', () => {
+    const r = cli(['resolve', `${registry.host}/vllm/vllm-openai:v9.9.9`], '', cache);
+    expect(r.status).toBe(1);
+    expect(r.stdout).toBe('');
+    expect(r.stderr).toContain(`  fix: check the repository and tag: the registry has no ${registry.host}/vllm/vllm-openai:v9.9.9 (skopeo list-tags docker://${registry.host}/vllm/vllm-openai lists the tags)`);
   });
 
   it('wraps it with the ENTRYPOINT the registry holds for linux/amd64, and explain names the digest', () => {
@@ -104,6 +113,14 @@ describe('registry lookup through the CLI', () => {
     const nothing = cli([], manifest(image), path.join(root, 'other-cache'));
     expect(nothing.status).toBe(1);
     expect(nothing.stderr).toContain('lookup failed');
+    // Right after the registry proved unreachable, resolve (the same registry) is not the fix: reading the image where it can be pulled is.
+    expect(nothing.stderr).not.toContain('vram-preflight resolve');
+    // resolve against the registry that is gone: the failure, and a fix for an unreachable registry.
+    const unreachable = cli(['resolve', image], '', path.join(root, 'other-cache'));
+    expect(unreachable.status).toBe(1);
+    expect(unreachable.stdout).toBe('');
+    expect(unreachable.stderr).toMatch(new RegExp(`^vram-preflight: error IO: image "${image.replace(/[.]/g, '\\.')}": .*cannot connect.*\n  fix: the registry cannot be reached from here: check the way to it \\(HTTPS_PROXY`));
+    expect(nothing.stderr).toContain(`the registry did not answer from here, so read the image's ENTRYPOINT where it can be pulled (\`skopeo inspect --config docker://${image}\``);
     expect(parse(readFileSync(config, 'utf8')).images[0]).toMatchObject({ repository: `${registry.host}/vllm/vllm-openai`, tag: 'v0.12.0', entrypoint: API_SERVER, cmd: [] });
   }, 60_000);
 });

@@ -182,6 +182,17 @@ describe('images read from a registry (htpasswd Basic from the Docker config aut
     expect(error).toBe(`${basic.host}: test/single:v9 not found (404: no such repository, tag or digest)`);
   });
 
+  it('each failure carries its kind, the value a door picks its fix by: denied, not-found, unreachable, invalid', async () => {
+    const kind = async (image: string, opts: RegistryOptions) => {
+      const result = await one(image, opts);
+      return isLookupFailure(result) ? result.kind : 'answered';
+    };
+    expect(await kind(`${basic.host}/test/single:v1`, options({}, { DOCKER_CONFIG: dockerConfig({}) }))).toBe('denied');
+    expect(await kind(`${basic.host}/test/single:v9`, options({}, { DOCKER_CONFIG: dockerConfig(basicAuth(basic.host)) }))).toBe('not-found');
+    expect(await kind(`127.0.0.1:${await h.freePort()}/test/single:v1`, options({}, { DOCKER_CONFIG: dockerConfig({}) }))).toBe('unreachable');
+    expect(await kind(`${basic.host}/test/single:-bad-tag`, options({}, { DOCKER_CONFIG: dockerConfig({}) }))).toBe('invalid');
+  });
+
   it('a credential helper from credHelpers answers with the server URL on stdin', async () => {
     const bin = fresh('bin');
     const seen = path.join(bin, 'seen');

@@ -16,7 +16,8 @@ import { Deployment } from 'kubernetes-models/apps/v1';
 import { PodDisruptionBudget } from 'kubernetes-models/policy/v1';
 import { ConfigMap, Secret, Service, ServiceAccount } from 'kubernetes-models/v1';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { parse as parseYaml, parseAllDocuments } from 'yaml';
+import { parse as parseYaml, parseAllDocuments, stringify as stringifyYaml } from 'yaml';
+import { processSettings } from '../../src/webhook/main.js';
 
 const ROOT = path.join(import.meta.dirname, '../..');
 const CHART = path.join(ROOT, 'deploy/webhook');
@@ -110,11 +111,88 @@ const CERT_MANAGER: Record<string, ReturnType<typeof ajv.compile>> = {
     },
   }),
 };
+// Prometheus Operator's CRDs (monitoring.coreos.com/v1): the fields the chart sets, with their types, nothing else.
+const MONITORING: Record<string, ReturnType<typeof ajv.compile>> = {
+  'monitoring.coreos.com/v1/ServiceMonitor': ajv.compile({
+    type: 'object',
+    required: ['metadata', 'spec'],
+    properties: {
+      metadata: meta,
+      spec: {
+        type: 'object',
+        required: ['selector', 'endpoints'],
+        additionalProperties: false,
+        properties: {
+          selector: { type: 'object', required: ['matchLabels'], properties: { matchLabels: { type: 'object', additionalProperties: { type: 'string' } } } },
+          namespaceSelector: { type: 'object', additionalProperties: false, properties: { matchNames: { type: 'array', items: { type: 'string' } } } },
+          endpoints: {
+            type: 'array',
+            items: {
+              type: 'object',
+              additionalProperties: false,
+              required: ['port'],
+              properties: {
+                port: { type: 'string' },
+                path: { type: 'string' },
+                scheme: { enum: ['http', 'https'] },
+                interval: { type: 'string', pattern: '^(0|(([0-9]+)y)?(([0-9]+)w)?(([0-9]+)d)?(([0-9]+)h)?(([0-9]+)m)?(([0-9]+)s)?(([0-9]+)ms)?)$' },
+                scrapeTimeout: { type: 'string', pattern: '^(0|(([0-9]+)y)?(([0-9]+)w)?(([0-9]+)d)?(([0-9]+)h)?(([0-9]+)m)?(([0-9]+)s)?(([0-9]+)ms)?)$' },
+                tlsConfig: {
+                  type: 'object',
+                  additionalProperties: false,
+                  properties: {
+                    serverName: { type: 'string' },
+                    ca: { type: 'object', additionalProperties: false, properties: { secret: { type: 'object', required: ['key'], additionalProperties: false, properties: { name: { type: 'string' }, key: { type: 'string' } } } } },
+                  },
+                },
+              },
+            },
+          },
+        },
+      },
+    },
+  }),
+  'monitoring.coreos.com/v1/PrometheusRule': ajv.compile({
+    type: 'object',
+    required: ['metadata', 'spec'],
+    properties: {
+      metadata: meta,
+      spec: {
+        type: 'object',
+        additionalProperties: false,
+        properties: {
+          groups: {
+            type: 'array',
+            items: {
+              type: 'object',
+              required: ['name', 'rules'],
+              additionalProperties: false,
+              properties: {
+                name: { type: 'string' },
+                rules: {
+                  type: 'array',
+                  items: {
+                    type: 'object',
+                    required: ['alert', 'expr'],
+                    additionalProperties: false,
+                    properties: { alert: { type: 'string' }, expr: { type: 'string' }, for: { type: 'string' }, labels: { type: 'object', additionalProperties: { type: 'string' } }, annotations: { type: 'object', additionalProperties: { type: 'string' } } },
+                  },
+                },
+              },
+            },
+          },
+        },
+      },
+    },
+  }),
+};
+
 function expectValid(all: K8s[]): void {
   for (const o of all) {
     const key = `${o.apiVersion}/${o.kind}`;
     if (MODELS[key]) new MODELS[key](o as never).validate();
     else if (CERT_MANAGER[key]) expect(CERT_MANAGER[key](o), `${key}: ${ajv.errorsText(CERT_MANAGER[key].errors)}`).toBe(true);
+    else if (MONITORING[key]) expect(MONITORING[key](o), `${key}: ${ajv.errorsText(MONITORING[key].errors)}`).toBe(true);
     else throw new Error(`no schema for ${key}`);
   }
 }
@@ -152,7 +230,7 @@ describe.each(Object.keys(HELMS) as Helm[])('helm %s', (which) => {
           'PodDisruptionBudget',
           'Service',
           'ServiceAccount',
-          ...(certs === 'generated' ? ['Secret'] : ['Certificate', 'Certificate', 'Issuer', 'Issuer']),
+          ...(certs === 'generated' ? ['Secret', 'Secret'] : ['Certificate', 'Certificate', 'Issuer', 'Issuer']),
         ].sort(),
       );
     });
@@ -234,10 +312,10 @@ describe.each(Object.keys(HELMS) as Helm[])('helm %s', (which) => {
 
     if (certs === 'generated') {
       it('generates a CA and a serving certificate for the Service, and trusts that CA', () => {
-        const secret = only(all, 'Secret');
+        const secret = only(all, 'Secret', `${FULLNAME}-tls`);
         expect(secret.type).toBe('kubernetes.io/tls');
         const decode = (key: string) => Buffer.from(secret.data[key], 'base64');
-        const ca = new X509Certificate(decode('ca.crt'));
+        const ca = new X509Certificate(Buffer.from(only(all, 'Secret', `${FULLNAME}-ca`).data['ca.crt'], 'base64'));
         const serving = new X509Certificate(decode('tls.crt'));
         expect(serving.checkIssued(ca)).toBe(true);
         expect(serving.verify(ca.publicKey)).toBe(true);
@@ -245,6 +323,7 @@ describe.each(Object.keys(HELMS) as Helm[])('helm %s', (which) => {
         for (const name of [FULLNAME, `${FULLNAME}.${NAMESPACE}`, `${FULLNAME}.${NAMESPACE}.svc`, `${FULLNAME}.${NAMESPACE}.svc.cluster.local`]) {
           expect(serving.checkHost(name), name).toBe(name);
         }
+        // ca.crt and caBundle: the current CA (which signed it) and the next one (rotation.test.ts).
         expect(webhook.clientConfig.caBundle).toBe(secret.data['ca.crt']);
         expect(hook.metadata.annotations?.['cert-manager.io/inject-ca-from']).toBeUndefined();
       });
@@ -260,6 +339,8 @@ describe.each(Object.keys(HELMS) as Helm[])('helm %s', (which) => {
         const ca = only(all, 'Certificate', `${FULLNAME}-ca`);
         expect(caIssuer.spec.ca.secretName).toBe(ca.spec.secretName);
         expect(ca.spec.isCA).toBe(true);
+        // Renewed with the same key: what it signed before stays valid against the renewed CA.
+        expect(ca.spec.privateKey.rotationPolicy).toBe('Never');
         expect(only(all, 'Issuer', ca.spec.issuerRef.name).spec).toEqual({ selfSigned: {} });
       });
     }
@@ -312,20 +393,222 @@ describe.each(Object.keys(HELMS) as Helm[])('helm %s', (which) => {
   });
 });
 
+describe.each(Object.keys(HELMS) as Helm[])('helm %s: a closed values schema', (which) => {
+  // 0.3.0 rendered each of these with exit 0: typos silently ignored, values the API server refuses.
+  const REFUSED = [
+    'webhook.portt=8443',
+    'imagee.repository=x',
+    'podAnotations.a=b',
+    'webhook.excludeNamespce={batch}',
+    'terminationGracePeriodSeconds=abc',
+    'probes.liveness.periodSeconds=abc',
+    'tolerations=foo',
+    'resources.limits.memory=lots',
+    'podDisruptionBudget.maxUnavailable=-1',
+    'podDisruptionBudget.maxUnavailable=lots',
+    'certificates.certManager.duration=1y',
+    'certificates.certManager.issuerRef.kind=Foo',
+    'config.reportFile=/tmp/report.json',
+    'replicaCount=0',
+    'nodeSelector.zone=a b',
+    'podLabels.team=a b',
+    'imagePullSecrets={regcred}',
+    'metrics.port=70000',
+    'metrics.serviceMonitor.interval=soon',
+  ];
+  it.each(REFUSED)('refuses --set %s, naming the value', (value) => {
+    const r = helm(which, ['template', RELEASE, CHART, '--set', value]);
+    expect(r.status).not.toBe(0);
+    expect(r.stdout).toBe('');
+    expect(r.stderr).toMatch(/values don't meet the specifications of the schema/);
+    // The message names the key that is wrong (the last known one on its path).
+    const known = value.split('=')[0]!.split('.').slice(0, 2).join('.');
+    expect(r.stderr.replace(/'/g, '').replace(/\//g, '.').replace(/\(root\)/, ''), value).toMatch(new RegExp(known.split('.').map((part) => part.replace(/[.*+?^${}()|[\]\\]/g, '\\$&')).join('|')));
+  });
+
+  it('takes the values the API server takes: a percentage, quantities, tolerations, an issuer with its kind', () => {
+    const all = template(which, [
+      'podDisruptionBudget.maxUnavailable=50%',
+      'resources.limits.memory=1Gi',
+      'resources.requests.cpu=1',
+      'tolerations[0].key=gpu',
+      'tolerations[0].operator=Exists',
+      'certificates.certManager.enabled=true',
+      'certificates.certManager.issuerRef.name=corp',
+      'certificates.certManager.issuerRef.kind=ClusterIssuer',
+      'certificates.certManager.duration=2160h',
+    ]);
+    expectValid(all);
+    expect(only(all, 'PodDisruptionBudget').spec.maxUnavailable).toBe('50%');
+  });
+
+  it('issuerRef with a kind but no name fails even without the schema (--skip-schema-validation), instead of falling back to the chart CA', () => {
+    const r = helm(which, ['template', RELEASE, CHART, '--skip-schema-validation', '--set', 'certificates.certManager.enabled=true', '--set', 'certificates.certManager.issuerRef.kind=ClusterIssuer']);
+    expect(r.status).not.toBe(0);
+    expect(r.stderr).toContain('certificates.certManager.issuerRef has a kind or group but no name');
+  });
+
+  it.each([
+    ['vram-preflight', 'vram-preflight-webhook'],
+    ['vram-preflight-webhook', 'vram-preflight-webhook'],
+    ['gpu-vram-preflight', 'gpu-vram-preflight-webhook'],
+    ['gate', 'gate-vram-preflight-webhook'],
+  ])('helm install %s names its objects %s (no doubled name)', (release, name) => {
+    const r = helm(which, ['template', release, CHART, '--namespace', NAMESPACE]);
+    expect(r.status, r.stderr).toBe(0);
+    const all = objects(r.stdout);
+    const names = new Set(all.filter((o) => o.kind !== 'ConfigMap' && o.kind !== 'Secret').map((o) => o.metadata.name));
+    expect([...names]).toEqual([name]);
+    expect(only(all, 'MutatingWebhookConfiguration').webhooks[0].clientConfig.service.name).toBe(name);
+  });
+});
+
+describe('NOTES.txt (helm v4 install --dry-run=client, which needs no cluster)', () => {
+  const notes = (values: string[]) => {
+    const r = helm('v4', ['install', 'vram-preflight', CHART, '--namespace', 'vram-preflight', '--dry-run=client', ...values.flatMap((v) => ['--set', v])]);
+    expect(r.status, r.stderr).toBe(0);
+    return r.stdout.slice(r.stdout.indexOf('\nNOTES:\n') + 8);
+  };
+
+  it('says what to label, how to check it works, how to audit, and the certificates, with the release\'s own names', () => {
+    const text = notes([]);
+    expect(text).toContain('installed as vram-preflight-webhook in the namespace vram-preflight');
+    expect(text).toContain('kubectl label namespace NAMESPACE vram-preflight.io/inject=enabled');
+    expect(text).toContain('Never sent: kube-system, kube-node-lease, vram-preflight;');
+    expect(text).toContain('kubectl -n vram-preflight rollout status deployment/vram-preflight-webhook');
+    expect(text).toContain('--dry-run=server');
+    expect(text).toContain('It prints {"vram-preflight.io/wrapped":"vllm"}');
+    expect(text).toContain('-l app.kubernetes.io/instance=vram-preflight,app.kubernetes.io/name=vram-preflight-webhook');
+    expect(text).toContain('Secrets vram-preflight-webhook-tls and vram-preflight-webhook-ca');
+    expect(text).toContain('--set certificates.generated.rotation=');
+    // The pod of the check is one the webhook wraps: admit it as the dry run would.
+    const overrides = JSON.parse(/--overrides='([^']+)'/.exec(text)![1]!) as { spec: unknown };
+    const pod = JSON.stringify({ apiVersion: 'v1', kind: 'Pod', metadata: { name: 'vram-preflight-check', namespace: 'ml' }, ...overrides });
+    const admitted = spawnSync(process.execPath, [path.join(ROOT, 'dist/vram-preflight.cjs'), 'admit'], { input: pod, encoding: 'utf8' });
+    expect(admitted.stderr).toBe('');
+    expect(JSON.parse(admitted.stdout).metadata.annotations).toEqual({ 'vram-preflight.io/wrapped': 'vllm' });
+  });
+
+  it('follows the values: optOut and excluded namespaces, cert-manager, metrics', () => {
+    const text = notes(['webhook.namespaceMode=optOut', 'webhook.excludeNamespaces={batch}', 'certificates.certManager.enabled=true', 'metrics.port=9090', 'metrics.serviceMonitor.enabled=true', 'metrics.prometheusRule.enabled=true']);
+    expect(text).toContain('kubectl label namespace NAMESPACE vram-preflight.io/inject=disabled');
+    expect(text).toContain('Never sent: kube-system, kube-node-lease, vram-preflight, batch;');
+    expect(text).toContain('cert-manager issues and renews the serving certificate (Certificate vram-preflight-webhook-serving)');
+    expect(text).not.toContain('certificates.generated.rotation');
+    expect(text).toContain('the ServiceMonitor vram-preflight-webhook scrapes /metrics over HTTP on port 9090');
+    expect(text).toContain('Alerts: the PrometheusRule vram-preflight-webhook');
+  });
+});
+
+describe.each(Object.keys(HELMS) as Helm[])('helm %s: metrics', (which) => {
+  it('metrics.port: the webhook serves /metrics on it over plain HTTP (a flag it takes), the container and the Service name the port, the ServiceMonitor scrapes it', () => {
+    const all = template(which, ['metrics.port=9090', 'metrics.serviceMonitor.enabled=true', 'metrics.serviceMonitor.labels.release=kube-prometheus-stack']);
+    expectValid(all);
+    const container = only(all, 'Deployment').spec.template.spec.containers[0];
+    expect(container.ports).toContainEqual({ name: 'metrics', containerPort: 9090, protocol: 'TCP' });
+    expect(container.args).toContain('--metrics-port=9090');
+    // The args the chart writes are flags the webhook takes (its own parser, the one option table).
+    expect(processSettings(container.args.slice(1), { stdout: { write: () => true }, stderr: { write: () => true }, env: {} })?.process.metricsPort).toBe(9090);
+    expect(only(all, 'Service').spec.ports).toContainEqual({ name: 'metrics', port: 9090, targetPort: 'metrics', protocol: 'TCP' });
+    const monitor = only(all, 'ServiceMonitor');
+    expect(monitor.metadata.labels!.release).toBe('kube-prometheus-stack');
+    expect(monitor.spec.selector.matchLabels).toEqual(only(all, 'Service').spec.selector);
+    expect(monitor.spec.endpoints).toEqual([{ path: '/metrics', interval: '30s', scrapeTimeout: '10s', port: 'metrics', scheme: 'http' }]);
+  });
+
+  it('without metrics.port the ServiceMonitor scrapes the HTTPS port, verifying against the CAs of the TLS Secret (both certificate modes)', () => {
+    for (const mode of [[], ['certificates.certManager.enabled=true']]) {
+      const all = template(which, ['metrics.serviceMonitor.enabled=true', ...mode]);
+      expectValid(all);
+      expect(only(all, 'Deployment').spec.template.spec.containers[0].args.some((a: string) => a.startsWith('--metrics-port'))).toBe(false);
+      expect(only(all, 'ServiceMonitor').spec.endpoints[0]).toMatchObject({ port: 'https', scheme: 'https', tlsConfig: { serverName: `${FULLNAME}.${NAMESPACE}.svc`, ca: { secret: { name: `${FULLNAME}-tls`, key: 'ca.crt' } } } });
+    }
+    expect(template(which).filter((o) => o.kind === 'ServiceMonitor' || o.kind === 'PrometheusRule')).toEqual([]);
+  });
+
+  it('the PrometheusRule passes `promtool check rules`, and `promtool test rules` fires each alert on the series that should fire it, and not otherwise', () => {
+    const rule = only(template(which, ['metrics.prometheusRule.enabled=true', 'metrics.prometheusRule.certificateExpiryDays=30']), 'PrometheusRule');
+    expectValid([rule]);
+    const dir = mkdtempSync(path.join(tmpdir(), 'chart-rules-'));
+    try {
+      writeFileSync(path.join(dir, 'rules.yaml'), stringifyYaml({ groups: rule.spec.groups }));
+      const check = spawnSync('promtool', ['check', 'rules', path.join(dir, 'rules.yaml')], { encoding: 'utf8' });
+      expect(check.stdout + check.stderr, 'promtool (Debian prometheus) is installed by scripts/test.sh').toContain('SUCCESS: 4 rules found');
+      const ns = `namespace="${NAMESPACE}"`;
+      const series = (name: string, labels: string, values: string) => ({ series: `${name}{${ns}${labels ? `,${labels}` : ''}}`, values });
+      const annotationsOf = (alertname: string) => (rule.spec.groups[0].rules as { alert: string; annotations: Record<string, string> }[]).find((r) => r.alert === alertname)!.annotations;
+      const alert = (alertname: string, at: string, fires: boolean, labels: Record<string, string>) => ({ eval_time: at, alertname, exp_alerts: fires ? [{ exp_labels: labels, exp_annotations: annotationsOf(alertname) }] : [] });
+      const tests = {
+        rule_files: ['rules.yaml'],
+        evaluation_interval: '1m',
+        tests: [
+          {
+            interval: '1m',
+            input_series: [
+              series('vram_preflight_webhook_admissions_total', 'outcome="not-wrapped",dry_run="false"', '0 0 1 1 1 1 1 1 1 1 1'),
+              series('vram_preflight_webhook_config_valid', 'pod="a"', '0x10'),
+              series('vram_preflight_webhook_reloads_total', 'what="config",result="error"', '0x10'),
+              // Expires 10 days after the test's epoch: within 30 days.
+              series('vram_preflight_webhook_certificate_expiry_timestamp_seconds', 'pod="a"', '864000x10'),
+            ],
+            alert_rule_test: [
+              alert('VramPreflightPodNotWrapped', '5m', true, { severity: 'warning' }),
+              alert('VramPreflightWebhookConfigInvalid', '3m', false, {}),
+              alert('VramPreflightWebhookConfigInvalid', '8m', true, { severity: 'critical' }),
+              alert('VramPreflightWebhookReloadFailed', '5m', false, {}),
+              alert('VramPreflightWebhookCertificateExpiresSoon', '5m', true, { severity: 'warning' }),
+            ],
+          },
+          {
+            interval: '1m',
+            input_series: [
+              series('vram_preflight_webhook_admissions_total', 'outcome="not-wrapped",dry_run="false"', '0x10'),
+              series('vram_preflight_webhook_admissions_total', 'outcome="not-wrapped",dry_run="true"', '0 1 2 3 4 5 6 7 8 9 10'),
+              series('vram_preflight_webhook_reloads_total', 'what="certificate",result="error"', '0 0 1 1 1 1 1'),
+              // A year away; and a replica that has not read its certificate yet (0) counts for nothing.
+              series('vram_preflight_webhook_certificate_expiry_timestamp_seconds', 'pod="a"', '31536000x10'),
+              series('vram_preflight_webhook_certificate_expiry_timestamp_seconds', 'pod="b"', '0x10'),
+            ],
+            alert_rule_test: [
+              alert('VramPreflightPodNotWrapped', '5m', false, {}),
+              alert('VramPreflightWebhookReloadFailed', '5m', true, { severity: 'warning' }),
+              alert('VramPreflightWebhookCertificateExpiresSoon', '5m', false, {}),
+            ],
+          },
+        ],
+      };
+      writeFileSync(path.join(dir, 'tests.yaml'), stringifyYaml(tests));
+      const test = spawnSync('promtool', ['test', 'rules', path.join(dir, 'tests.yaml')], { encoding: 'utf8', cwd: dir });
+      expect(test.stdout + test.stderr).toContain('SUCCESS');
+      expect(test.status).toBe(0);
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+});
+
 describe('a generated certificate stays the same across upgrades', () => {
   let api: ChildProcess | undefined;
   let apiserver = '';
   let dir = '';
   let first: K8s[] = [];
+  const owned = (o: K8s): K8s => ({
+    ...o,
+    metadata: { ...o.metadata, labels: { ...o.metadata.labels, 'app.kubernetes.io/managed-by': 'Helm' }, annotations: { ...o.metadata.annotations, 'meta.helm.sh/release-name': RELEASE, 'meta.helm.sh/release-namespace': NAMESPACE } },
+  });
 
   beforeAll(async () => {
-    // The Secret of an earlier install, as the cluster holds it (with Helm's ownership metadata).
+    // The Secrets and the webhook configuration of an earlier install, as the cluster holds them (with Helm's ownership metadata).
     first = template('v3');
-    const secret = only(first, 'Secret');
-    secret.metadata.labels = { ...secret.metadata.labels, 'app.kubernetes.io/managed-by': 'Helm' };
-    secret.metadata.annotations = { 'meta.helm.sh/release-name': RELEASE, 'meta.helm.sh/release-namespace': NAMESPACE };
     dir = mkdtempSync(path.join(tmpdir(), 'chart-api-'));
-    writeFileSync(path.join(dir, 'objects.json'), JSON.stringify({ [`/api/v1/namespaces/${NAMESPACE}/secrets/${FULLNAME}-tls`]: secret }));
+    writeFileSync(
+      path.join(dir, 'objects.json'),
+      JSON.stringify({
+        [`/api/v1/namespaces/${NAMESPACE}/secrets/${FULLNAME}-tls`]: owned(only(first, 'Secret', `${FULLNAME}-tls`)),
+        [`/api/v1/namespaces/${NAMESPACE}/secrets/${FULLNAME}-ca`]: owned(only(first, 'Secret', `${FULLNAME}-ca`)),
+        [`/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations/${FULLNAME}`]: owned(only(first, 'MutatingWebhookConfiguration')),
+      }),
+    );
     api = spawn(process.execPath, [path.join(ROOT, 'test/e2e/fake-apiserver.mjs'), path.join(dir, 'objects.json')], { stdio: ['ignore', 'pipe', 'inherit'] });
     const port = await new Promise<string>((resolve, reject) => {
       let buf = '';
@@ -343,17 +626,17 @@ describe('a generated certificate stays the same across upgrades', () => {
     if (dir) rmSync(dir, { recursive: true, force: true });
   });
 
-  it.each(Object.keys(HELMS) as Helm[])('helm %s install --dry-run=server reuses the Secret lookup finds', (which) => {
+  it.each(Object.keys(HELMS) as Helm[])('helm %s install --dry-run=server reuses the Secrets lookup finds', (which) => {
     const r = helm(which, ['install', RELEASE, CHART, '--namespace', NAMESPACE, '--dry-run=server', '--disable-openapi-validation', '--kube-apiserver', apiserver]);
     expect(r.stderr).toBe('');
     expect(r.status).toBe(0);
     const all = objects(r.stdout.slice(r.stdout.indexOf('\nMANIFEST:\n') + 11));
-    expect(only(all, 'Secret').data).toEqual(only(first, 'Secret').data);
-    expect(only(all, 'MutatingWebhookConfiguration').webhooks[0].clientConfig.caBundle).toBe(only(first, 'Secret').data['ca.crt']);
+    for (const name of [`${FULLNAME}-tls`, `${FULLNAME}-ca`]) expect(only(all, 'Secret', name).data).toEqual(only(first, 'Secret', name).data);
+    expect(only(all, 'MutatingWebhookConfiguration').webhooks[0].clientConfig.caBundle).toBe(only(first, 'Secret', `${FULLNAME}-tls`).data['ca.crt']);
   });
 
   it('without a cluster (helm template), each render generates a new pair', () => {
-    expect(only(template('v4'), 'Secret').data['ca.crt']).not.toBe(only(first, 'Secret').data['ca.crt']);
+    expect(only(template('v4'), 'Secret', `${FULLNAME}-tls`).data['ca.crt']).not.toBe(only(first, 'Secret', `${FULLNAME}-tls`).data['ca.crt']);
   });
 });
 
@@ -365,7 +648,19 @@ describe('the chart follows the release', () => {
     expect(chart.version).toBe(packageVersion());
     expect(chart.appVersion).toBe(packageVersion());
   });
-  it('values.schema.json embeds the current configuration schema', () => {
+  it('helm show readme prints the chart README, with a row for every value of values.yaml', () => {
+    const readme = helm('v3', ['show', 'readme', CHART]).stdout;
+    expect(readme).toMatch(/^# vram-preflight-webhook\n/);
+    const leaves = (value: unknown, prefix: string): string[] =>
+      value && typeof value === 'object' && !Array.isArray(value) && Object.keys(value).length > 0 && !['config', 'resources.requests', 'resources.limits', 'affinity'].includes(prefix) && !prefix.endsWith('labels') && !prefix.endsWith('annotations') && !prefix.endsWith('Annotations') && !prefix.endsWith('Labels') && prefix !== 'nodeSelector'
+        ? Object.entries(value).flatMap(([k, v]) => leaves(v, prefix ? `${prefix}.${k}` : k))
+        : [prefix];
+    const values = parseYaml(readFileSync(path.join(CHART, 'values.yaml'), 'utf8')) as Record<string, unknown>;
+    // A value that is an empty mapping in values.yaml (issuerRef: {}) has rows for its keys.
+    for (const key of leaves(values, '')) expect(readme, key).toMatch(new RegExp(`\\| \`${key.replace(/\./g, '\\.')}(\`|\\.)`));
+  });
+
+  it('values.schema.json embeds the current configuration schema, and README.md its values table', () => {
     const r = spawnSync(process.execPath, [path.join(ROOT, 'scripts/chart-schema.mjs'), '--check'], { encoding: 'utf8' });
     expect(r.stderr).toBe('');
     expect(r.status).toBe(0);

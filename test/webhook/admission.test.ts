@@ -9,6 +9,8 @@ import https from 'node:https';
 import { readFileSync } from 'node:fs';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { parse as parseYaml } from 'yaml';
+import { Ajv } from 'ajv';
 import * as h from './harness.js';
 
 h.requireTools();
@@ -108,18 +110,25 @@ describe.each(protocols)('over %s', (protocol, sender) => {
     expect(containerOf(again, 'late').command).toEqual(['/bin/sh', '-ec']);
   });
 
-  it('a vLLM container that cannot be wrapped safely: admitted unchanged, with a warning and the reason in an annotation', async () => {
+  it('a vLLM container that cannot be wrapped safely: admitted unchanged, with warnings, the reason and the fix (config.images for the chart, as YAML) in an annotation', async () => {
     // v0.12.0: vLLM changed this image's start in v0.11.1-v0.14.0 and nothing says which; no registry here (lookups off).
     const pod = h.vllmPod({ containers: [{ ...h.vllmPod().spec.containers[0], image: 'vllm/vllm-openai:v0.12.0' }] });
     const r = h.readReview(await sender()(h.review(pod)));
     expect(r.allowed).toBe(true);
-    expect(r.warnings).toHaveLength(1);
+    expect(r.warnings).toHaveLength(2);
     expect(r.warnings![0]).toMatch(/^vram-preflight: container "model" not wrapped, admitted unchanged: /);
+    expect(r.warnings![1]).toBe('vram-preflight: to wrap "model": add to the chart\'s config.images: {repository: vllm/vllm-openai, tag: "v0.12.0", entrypoint: [...]} (annotation vram-preflight.io/not-wrapped has the YAML)');
     const patched = h.applyPatch(pod, r.patch!) as h.Pod;
     expect(patched.spec).toEqual(pod.spec);
-    const note = (patched.metadata.annotations as Record<string, string>)['vram-preflight.io/not-wrapped'];
-    expect(note).toMatch(/^model: /);
-    expect(note!.length).toBeLessThan(200);
+    const note = (patched.metadata.annotations as Record<string, string>)['vram-preflight.io/not-wrapped']!;
+    expect(note).toMatch(/^model: the container gives no command/);
+    const [, fix] = note.split('\n  fix: ');
+    expect(fix).toMatch(/^add this entry to config\.images in the webhook chart's values \(`vram-preflight resolve vllm\/vllm-openai:v0\.12\.0` prints this entry from the registry\), then helm upgrade:\n/);
+    // The YAML is the chart's values: it parses, and its entry, once filled in, is what the chart's schema takes.
+    const values = parseYaml(fix!.slice(fix!.indexOf('\n') + 1).replace(/\[\.\.\.\]/g, '["vllm", "serve"]')) as { config: { images: Record<string, unknown>[] } };
+    expect(values).toEqual({ config: { images: [{ repository: 'vllm/vllm-openai', tag: 'v0.12.0', entrypoint: ['vllm', 'serve'] }] } });
+    const chartSchema = new Ajv({ strict: false }).compile(JSON.parse(readFileSync(path.join(import.meta.dirname, '../../deploy/webhook/values.schema.json'), 'utf8')));
+    expect(chartSchema(values), JSON.stringify(chartSchema.errors)).toBe(true);
   });
 
   it('dryRun gets the same answer as the real request, counted apart', async () => {

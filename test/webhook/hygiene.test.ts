@@ -81,6 +81,8 @@ describe('request hygiene', () => {
       [JSON.stringify({ apiVersion: 'admission.k8s.io/v1beta1', kind: 'AdmissionReview', request: { uid: 'x' } }), /admission\.k8s\.io\/v1beta1/],
       [JSON.stringify({ apiVersion: 'admission.k8s.io/v1', kind: 'AdmissionReview' }), /no request\.uid/],
       ['', /not JSON/],
+      // A bare pod: the answer says where a pod's answer is.
+      [JSON.stringify(h.plainPod()), /for what the webhook would do to a Pod without a review: vram-preflight admit < pod\.yaml/],
     ];
     for (const [body, message] of cases) {
       const answer = await h.h1(started.url, pki.caCert, { body });
@@ -163,6 +165,44 @@ describe('request hygiene', () => {
       socket.on('error', resolve);
     });
     expect(error).toBeInstanceOf(Error);
+  });
+
+  it('every answer that is not 2xx is JSON {error, status}, and each refused request is logged once', async () => {
+    type Case = { name: string; send: () => Promise<{ status: number; type: string | undefined; body: string }> };
+    const viaH1 = (options: Parameters<typeof h.h1>[2]) => async () => {
+      const a = await h.h1(started.url, pki.caCert, options);
+      return { status: a.status, type: a.headers['content-type'] as string | undefined, body: a.body };
+    };
+    /** Raw HTTP/1.1 that Node refuses before a handler sees it. */
+    const viaRaw = (text: string) => async () => {
+      const socket = await raw();
+      socket.write(text);
+      const got = await until(socket, 6000);
+      socket.destroy();
+      const [head = '', body = ''] = got.text.split('\r\n\r\n');
+      return { status: Number(/^HTTP\/1\.1 (\d+)/.exec(head)?.[1]), type: /^content-type: (.*)$/im.exec(head)?.[1], body };
+    };
+    const cases: Case[] = [
+      { name: '404', send: viaH1({ method: 'GET', path: '/nope' }) },
+      { name: '405 /mutate', send: viaH1({ method: 'GET', path: '/mutate' }) },
+      { name: '405 /healthz', send: viaH1({ method: 'POST', path: '/healthz', body: '{}' }) },
+      { name: '415', send: viaH1({ headers: { 'content-type': 'text/plain' }, body: 'x' }) },
+      { name: '400 not JSON', send: viaH1({ body: '{' }) },
+      { name: '413', send: viaH1({ body: Buffer.alloc(BODY_LIMIT + 1, 0x20) }) },
+      { name: '400 not HTTP', send: viaRaw('NOT HTTP AT ALL\r\n\r\n') },
+      { name: '408 headers', send: viaRaw('POST /mutate HTTP/1.1\r\nHost: localhost\r\n') },
+    ];
+    for (const c of cases) {
+      const before = started.logs.length;
+      const answer = await c.send();
+      expect(answer.status, c.name).toBeGreaterThanOrEqual(400);
+      expect(answer.type, c.name).toBe('application/json');
+      expect(JSON.parse(answer.body), c.name).toMatchObject({ error: expect.any(String), status: answer.status });
+      // Logged once, as a refusal (or, for a body that is no AdmissionReview, as the admission it was).
+      const lines = started.logs.slice(before).filter((l) => l.status === answer.status);
+      expect(lines, c.name).toHaveLength(1);
+      expect(lines[0]!.msg, c.name).toMatch(/^(request refused|admission)$/);
+    }
   });
 
   it('after all of it, a normal admission is answered', async () => {

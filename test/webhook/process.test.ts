@@ -7,6 +7,7 @@
  */
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
 import https from 'node:https';
+import { X509Certificate } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -71,6 +72,35 @@ describe('vram-preflight webhook (the process)', () => {
       expect(run.stdout).toBe('');
       expect(run.stderr).toMatch(/^vram-preflight: error USAGE: /);
     }
+  });
+
+  it('--metrics-port serves /metrics over plain HTTP (nothing else); the certificate expiry is a metric, and a warning in the log when it is near', async () => {
+    const { child, stderr, exit } = await startChild(['--metrics-port', '0', '--cert-expiry-warning-days', '5']);
+    try {
+      const lines = () => stderr().trim().split('\n').map((l) => JSON.parse(l) as Record<string, unknown>);
+      const port = lines().find((l) => l.msg === 'metrics listening')!.port as number;
+      const get = async (p: string) => {
+        const res = await fetch(`http://127.0.0.1:${port}${p}`);
+        return { status: res.status, type: res.headers.get('content-type'), body: await res.text() };
+      };
+      const metrics = await get('/metrics');
+      expect(metrics.status).toBe(200);
+      expect(metrics.type).toBe('text/plain; version=0.0.4; charset=utf-8');
+      // The test leaf is valid 2 days (openssl -days 2): its notAfter, to the second.
+      const notAfter = Math.round(Date.parse(new X509Certificate(readFileSync(leaf.cert)).validTo) / 1000);
+      expect(metrics.body).toContain(`\nvram_preflight_webhook_certificate_expiry_timestamp_seconds ${notAfter}\n`);
+      const mutate = await fetch(`http://127.0.0.1:${port}/mutate`, { method: 'POST', body: '{}' });
+      expect(mutate.status).toBe(404);
+      expect(await mutate.json()).toMatchObject({ status: 404 });
+      expect(lines().find((l) => String(l.msg).startsWith('certificate expires in'))).toMatchObject({ level: 'warn', msg: 'certificate expires in 1 day(s)', daysLeft: 1, cert: leaf.cert, fix: expect.stringContaining('renew it') });
+    } finally {
+      child.kill('SIGTERM');
+    }
+    expect(await exit).toBe(0);
+    // The two ports must differ.
+    const plain = runSync(['webhook', '--tls-cert-file', leaf.cert, '--tls-key-file', leaf.key, '--metrics-port', '8443']);
+    expect(plain.status).toBe(2);
+    expect(plain.stderr).toContain('--metrics-port is --port (8443)');
   });
 
   it('a certificate that cannot be read: exit 1, the reason logged', () => {

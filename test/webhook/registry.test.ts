@@ -174,5 +174,11 @@ describe('registry lookups from the webhook', () => {
     const answer = h.readReview(await h.h1(s.url, pki.caCert, { body: h.review(podWith(`${gone.host}/vllm/vllm-openai:v0.12.0`)) }));
     expect(answer.allowed).toBe(true);
     expect(answer.warnings?.[0]).toMatch(/container "kserve-container" not wrapped, admitted unchanged: /);
+    // The fix: the chart's config.images entry for this image, read where it can be pulled (not `resolve`, which asks the same registry).
+    expect(answer.warnings?.[1]).toBe(`vram-preflight: to wrap "kserve-container": add to the chart's config.images: {repository: ${gone.host}/vllm/vllm-openai, tag: "v0.12.0", entrypoint: [...]} (annotation vram-preflight.io/not-wrapped has the YAML)`);
+    const note = ((h.applyPatch(podWith(`${gone.host}/vllm/vllm-openai:v0.12.0`), answer.patch!) as h.Pod).metadata.annotations as Record<string, string>)['vram-preflight.io/not-wrapped']!;
+    expect(note).toContain(`the registry did not answer from here, so read the image's ENTRYPOINT where it can be pulled (\`skopeo inspect --config docker://${gone.host}/vllm/vllm-openai:v0.12.0\``);
+    expect(note).not.toContain('vram-preflight resolve');
+    expect(note).toContain(`    config:\n      images:\n        - repository: ${gone.host}/vllm/vllm-openai\n          tag: "v0.12.0"\n          entrypoint: [...]`);
   });
 });

@@ -9,7 +9,9 @@ import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { describe, expect, it } from 'vitest';
-import { annotationOps, shortReason } from '../../src/webhook/admission.js';
+import { annotationOps, NOT_WRAPPED_LIMIT, notWrappedAnnotation, notWrappedWarnings, shortReason, WARNING_LIMIT, type RefusedContainer } from '../../src/webhook/admission.js';
+import { imageEntryFix } from '../../src/core/index.js';
+import { expiryNotice } from '../../src/webhook/certificate-expiry.js';
 import { pointerSegment } from '../../src/core/index.js';
 import { ImageStartCache, DEFAULT_CACHE_SETTINGS, type Answer } from '../../src/webhook/image-starts.js';
 import { webhookMetrics } from '../../src/webhook/metrics.js';
@@ -152,5 +154,54 @@ describe('the patch, base64 in pieces', () => {
     const first = base64Json(ops).join('');
     expect(base64Json(ops).join('')).toBe(first);
     expect(base64Json(JSON.parse(JSON.stringify(ops))).join('')).toBe(first);
+  });
+});
+
+describe('the not-wrapped answer stays within the API server\'s limits', () => {
+  // 40 refused containers with long names, long reasons and control characters in both.
+  const refused: RefusedContainer[] = Array.from({ length: 40 }, (_, i) => ({
+    container: `c${i}-${'n'.repeat(50)}\u001b[2J`,
+    reason: `the lookup failed: registry.example.com: ${'x'.repeat(400)}\r\nsecond line`,
+    fix: { entry: imageEntryFix(`registry.example.com/ml/${'r'.repeat(40)}:v1`, i % 2 === 0, true) },
+  }));
+
+  it('warnings: one line each, at most 256 characters, under 4096 in all, and the last says how many more', () => {
+    const warnings = notWrappedWarnings(refused);
+    for (const w of warnings) {
+      expect(w.length).toBeLessThanOrEqual(WARNING_LIMIT);
+      // A control character makes the API server drop the warning whole.
+      expect(w).not.toMatch(/[\u0000-\u001f\u007f-\u009f]/);
+    }
+    expect(warnings.reduce((n, w) => n + w.length, 0)).toBeLessThanOrEqual(4096);
+    expect(warnings.at(-1)).toMatch(/^vram-preflight: \d+ more container\(s\) not wrapped: see the annotation vram-preflight\.io\/not-wrapped$/);
+    expect(warnings[1]).toMatch(/^vram-preflight: to wrap "c0-n+\\x1b\[2J": add to the chart's config\.images: \{repository: registry\.example\.com\/ml\/r+, tag: "v1", entrypoint: \[\.\.\.\]\}$/);
+    // A container without args needs the CMD too.
+    expect(warnings[3]).toMatch(/entrypoint: \[\.\.\.\], cmd: \[\.\.\.\]\}$/);
+  });
+
+  it('annotation: at most NOT_WRAPPED_LIMIT characters, no control characters but its own line breaks, the rest named', () => {
+    const note = notWrappedAnnotation(refused);
+    expect(note.length).toBeLessThanOrEqual(NOT_WRAPPED_LIMIT);
+    expect(note).not.toMatch(/[\u0000-\u0009\u000b-\u001f\u007f-\u009f]/);
+    expect(note).toMatch(/\n\.\.\. and \d+ more container\(s\): see the webhook's log$/);
+    // Whole blocks only: the first container's reason, fix and YAML entry are all there.
+    expect(note).toContain('  fix: add this entry to config.images in the webhook chart\'s values (the registry did not answer from here, so read the image\'s ENTRYPOINT and CMD where it can be pulled');
+    expect(note).toContain(`        - repository: registry.example.com/ml/${'r'.repeat(40)}\n          tag: "v1"\n          entrypoint: [...]`);
+  });
+
+  it('one refused container keeps its whole reason up to 300 characters and its fix', () => {
+    const one = notWrappedAnnotation([{ container: 'model', reason: 'short reason', fix: { text: 'give the container a command' } }]);
+    expect(one).toBe('model: short reason\n  fix: give the container a command');
+  });
+});
+
+describe('certificate expiry notice', () => {
+  const day = 24 * 60 * 60 * 1000;
+  const now = Date.parse('2026-12-04T00:00:00Z');
+  it('nothing outside the window; warn inside it, with the whole days left; error once passed', () => {
+    expect(expiryNotice(now + 31 * day, now, 30)).toBeUndefined();
+    expect(expiryNotice(now + 30 * day, now, 30)).toEqual({ level: 'warn', msg: 'certificate expires in 30 day(s)', daysLeft: 30 });
+    expect(expiryNotice(now + day / 2, now, 30)).toMatchObject({ level: 'warn', daysLeft: 0 });
+    expect(expiryNotice(now - 1, now, 30)).toMatchObject({ level: 'error', msg: expect.stringMatching(/^certificate has expired/) });
   });
 });

@@ -1,16 +1,31 @@
-{{/* The name of every object of the release (63 characters at most, DNS-1123). */}}
+{{/* The chart's name in object names and labels (nameOverride replaces it). */}}
+{{- define "vram-preflight-webhook.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{/*
+The name of every object of the release (63 characters at most, DNS-1123).
+The release name when it already says what this is: `helm install
+vram-preflight-webhook` gives vram-preflight-webhook, and `helm install
+vram-preflight` (the documented name) gives vram-preflight-webhook too, not
+vram-preflight-vram-preflight-webhook. Any other release name is prefixed:
+gate -> gate-vram-preflight-webhook.
+*/}}
 {{- define "vram-preflight-webhook.fullname" -}}
+{{- $name := include "vram-preflight-webhook.name" . -}}
 {{- if .Values.fullnameOverride -}}
 {{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" -}}
-{{- else if contains .Chart.Name .Release.Name -}}
+{{- else if contains $name .Release.Name -}}
 {{- .Release.Name | trunc 63 | trimSuffix "-" -}}
+{{- else if and (not .Values.nameOverride) (contains "vram-preflight" .Release.Name) -}}
+{{- printf "%s-webhook" (.Release.Name | trunc 55 | trimSuffix "-") -}}
 {{- else -}}
-{{- printf "%s-%s" .Release.Name .Chart.Name | trunc 63 | trimSuffix "-" -}}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" -}}
 {{- end -}}
 {{- end -}}
 
 {{- define "vram-preflight-webhook.selectorLabels" -}}
-app.kubernetes.io/name: {{ .Chart.Name }}
+app.kubernetes.io/name: {{ include "vram-preflight-webhook.name" . }}
 app.kubernetes.io/instance: {{ .Release.Name }}
 {{- end -}}
 

@@ -31,10 +31,18 @@ export interface ImageStartAnswer {
   warning?: string;
 }
 
+/**
+ * Why a lookup failed, for the fix: the registry could not be reached (network,
+ * TLS, timeout, 429, 5xx), refused the credentials, has no such image, or the
+ * reference or what came back is not usable.
+ */
+export type LookupFailureKind = 'unreachable' | 'denied' | 'not-found' | 'invalid';
+
 export interface LookupFailure {
   image: string;
   /** One line: why. */
   error: string;
+  kind?: LookupFailureKind;
 }
 
 export const WRAPPER_COMMAND: readonly string[] = ['/bin/sh', '-ec'];
@@ -188,25 +196,53 @@ function knownStart(image: ImageReference, sources: StartSources, attempts: Atte
   return fromTable(image, attempts) ?? fromRegistry(image, sources, attempts);
 }
 
-/** The exact config snippet (and chart alternative) that places this image, for the refusal. */
-function fixFor(image: ImageReference, hasArgs: boolean, rayPod: boolean): string {
+/**
+ * The config `images` entry that would place an image the sources could not:
+ * a value, so that each door writes it in its own form (the CLI as the
+ * config file's YAML, the webhook as the chart's `config.images`).
+ */
+export interface ImageEntryFix {
+  repository: string;
+  /** `tag: "..."` or `digest: "..."`: what the entry pins. */
+  pin: { key: 'tag' | 'digest'; value: string };
+  /** A mirror of this table repository: `like:` is the whole entry. */
+  like?: string;
+  /** The container gives no args: the entry needs the image's CMD too. */
+  needsCmd: boolean;
+  /** How to read the ENTRYPOINT (and CMD) to put in, one sentence; absent for `like:`. */
+  howToRead?: string;
+}
+
+/** The entry for `raw` (an image as written); `lookupFailed`: the registry was asked and did not answer here. */
+export function imageEntryFix(raw: string, hasArgs: boolean, lookupFailed: boolean): ImageEntryFix {
+  const image = parseImage(raw);
   const repository = repositoryForConfig(image);
-  const tag = effectiveTag(image);
-  const pin = image.digest !== undefined && image.tag === undefined ? `digest: "${image.digest}"` : `tag: "${tag ?? '*'}"`;
+  const pin = image.digest !== undefined && image.tag === undefined ? { key: 'digest' as const, value: image.digest } : { key: 'tag' as const, value: effectiveTag(image) ?? '*' };
   const alike = isKnownRepository(image) ? undefined : lookAlikeRepository(image);
-  const placedByAlias = alike !== undefined && findKnownImage(image, alike) !== undefined;
-  const lines: string[] = [];
-  if (placedByAlias) {
-    lines.push(`this looks like a mirror of ${alike}: add to the config file (--config)`, `  images:`, `    - repository: ${repository}`, `      like: ${alike}`);
-  } else {
-    lines.push(
-      `pin the image's start in the config file (--config); \`vram-preflight resolve ${image.raw.trim()}\` prints this entry from the registry:`,
-      `  images:`,
-      `    - repository: ${repository}`,
-      `      ${pin}`,
-      `      entrypoint: [...]   # the image's ENTRYPOINT${hasArgs ? '' : '\n      cmd: [...]          # the image\'s CMD ([] if none): the container gives no args'}`,
-    );
-  }
+  if (alike !== undefined && findKnownImage(image, alike) !== undefined) return { repository, pin, like: alike, needsCmd: false };
+  const what = hasArgs ? 'ENTRYPOINT' : 'ENTRYPOINT and CMD';
+  // Right after the registry failed to answer, `resolve` (which asks the same registry) would fail too.
+  const howToRead = lookupFailed
+    ? `the registry did not answer from here, so read the image's ${what} where it can be pulled (\`skopeo inspect --config docker://${raw.trim()}\`, or \`docker image inspect ${raw.trim()}\`)`
+    : `\`vram-preflight resolve ${raw.trim()}\` prints this entry from the registry`;
+  return { repository, pin, needsCmd: !hasArgs, howToRead };
+}
+
+/** The entry as YAML lines of an `images:` list item, at `indent` (the placeholders say what to put in). */
+export function imageEntryYaml(fix: ImageEntryFix, indent: string): string[] {
+  const lines = [`${indent}- repository: ${fix.repository}`];
+  if (fix.like !== undefined) return [...lines, `${indent}  like: ${fix.like}`];
+  lines.push(`${indent}  ${fix.pin.key}: "${fix.pin.value}"`, `${indent}  entrypoint: [...]   # the image's ENTRYPOINT`);
+  if (fix.needsCmd) lines.push(`${indent}  cmd: [...]          # the image's CMD ([] if none): the container gives no args`);
+  return lines;
+}
+
+/** The exact config snippet (and chart alternative) that places this image, for the refusal. */
+function fixFor(image: ImageReference, hasArgs: boolean, rayPod: boolean, lookupFailed: boolean): string {
+  const fix = imageEntryFix(image.raw, hasArgs, lookupFailed);
+  const lines: string[] = fix.like !== undefined
+    ? [`this looks like a mirror of ${fix.like}: add to the config file (--config)`, `  images:`, ...imageEntryYaml(fix, '    ')]
+    : [`pin the image's start in the config file (--config); ${fix.howToRead}:`, `  images:`, ...imageEntryYaml(fix, '    ')];
   // In a Ray pod a command of vLLM's would take the place of the Ray node.
   if (!rayPod) lines.push('or name the start in the chart, e.g. command: ["vllm", "serve"] (right for every vllm-openai image since v0.5, whatever its ENTRYPOINT)');
   return lines.join('\n');
@@ -247,7 +283,7 @@ export function resolveStart(container: StartInput, sources: StartSources, conte
     const tried = [attempts.config, attempts.table, attempts.registry].filter(Boolean).join('; ');
     throw new PreflightError('UNKNOWN_START', `the container gives no command, so it runs the image's ENTRYPOINT, which is not known for sure: ${tried}`, {
       ...context,
-      fix: fixFor(reference, args !== null, container.rayPod === true),
+      fix: fixFor(reference, args !== null, container.rayPod === true, attempts.registry?.startsWith('lookup failed') === true),
     });
   }
   const entrypoint = known.entrypoint.map(escapeForKubelet);
