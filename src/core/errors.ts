@@ -13,6 +13,7 @@ export type ErrorCode =
   | 'BAD_ANNOTATION'
   | 'BAD_CONTAINER'
   | 'UNSUPPORTED_LAYOUT'
+  | 'NESTING_TOO_DEEP'
   | 'UNSAFE_EDIT'
   | 'BAD_OPTION'
   | 'BAD_CONFIG'

@@ -191,13 +191,18 @@ function review(uid: string, patch: JsonPatchOperation[], warnings: string[]): s
   return `${head},"patchType":"JSONPatch","patch":"${base64Json(patch).join('')}"${tail}`;
 }
 
-/** Ops that set the annotations to these values (creating metadata.annotations where the pod has none); none for a value already there. */
+/**
+ * Ops that set the annotations to these values (creating metadata.annotations where the pod has
+ * none); none for a value already there, and none for a pod whose metadata is not an object
+ * (absent, null, a string): the patch never replaces metadata, which is outside what it may touch
+ * (docs/webhook.md, "Nothing else of the pod changes"). The API server sends every pod with one.
+ */
 export function annotationOps(pod: Plain, values: Readonly<Record<string, string>>): JsonPatchOperation[] {
   const metadata = asObject(pod.metadata);
-  const annotations = asObject(metadata?.annotations);
+  if (!metadata) return [];
+  const annotations = asObject(metadata.annotations);
   const changed = Object.entries(values).filter(([key, value]) => annotations?.[key] !== value);
   if (changed.length === 0) return [];
-  if (!metadata) return [{ op: 'add', path: '/metadata', value: { annotations: Object.fromEntries(changed) } }];
   if (!annotations) return [{ op: 'add', path: '/metadata/annotations', value: Object.fromEntries(changed) }];
   // `add` of an existing member replaces it (RFC 6902 4.1).
   return changed.map(([key, value]) => ({ op: 'add', path: `/metadata/annotations/${pointerSegment(key)}`, value }));
@@ -281,12 +286,14 @@ export async function admit(text: string, deps: AdmissionDependencies): Promise<
     const result = await withLookups((registry) => patchObject(pod, deps.options, { registry, claims }), deps.options.registryLookup, lookup);
     const { wrapped, refused, skipped } = readResult(pod, result, claimFailures, answers);
     const annotations: Record<string, string> = {};
-    if (wrapped.length > 0) {
+    // A container without a name (the API server's validation refuses it after admission) has no place in a list of names.
+    const named = wrapped.filter((name) => name !== '');
+    if (named.length > 0) {
       const before = asObject(metadata?.annotations)?.[ANNOTATION_WRAPPED];
       const earlier = typeof before === 'string' ? before.split(',').filter((name) => name !== '') : [];
-      annotations[ANNOTATION_WRAPPED] = [...new Set([...earlier, ...wrapped])].join(',');
+      annotations[ANNOTATION_WRAPPED] = [...new Set([...earlier, ...named])].join(',');
     }
-    if (refused.length > 0) annotations[ANNOTATION_NOT_WRAPPED] = notWrappedAnnotation(refused);
+    if (refused.length > 0) annotations[ANNOTATION_NOT_WRAPPED] = notWrappedAnnotation(refused.map((r) => ({ ...r, container: r.container || '(unnamed)' })));
     const patch = [...result.patch, ...annotationOps(pod, annotations)];
     const warnings = notWrappedWarnings(refused);
     const outcome: Outcome = refused.length > 0 ? 'not-wrapped' : wrapped.length > 0 ? 'wrapped' : 'unchanged';
