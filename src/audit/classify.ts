@@ -28,6 +28,7 @@ export type WhyCode =
   | 'not-wrapped'
   | 'decided-otherwise-at-admission'
   | 'start-replaced'
+  | 'cannot-be-wrapped'
   | 'no-webhook'
   | 'rules-exclude-pods'
   | 'namespace-not-selected'
@@ -292,8 +293,15 @@ export function classifyPod(decided: DecidedPod, namespaceLabels: Readonly<Recor
     }
     const said = notWrappedReason(pod.annotations[ANNOTATION_NOT_WRAPPED], report.container, names);
     let why: { code: WhyCode; detail: string; fix: string };
-    if (said !== undefined) {
-      const now = report.action === 'error' || report.action === 'cannot-wrap'
+    if (report.action === 'cannot-wrap') {
+      // No webhook and no recreation changes this one (a MIG instance): said, and how to take it off the list on purpose.
+      why = {
+        code: 'cannot-be-wrapped',
+        detail: `vram-preflight cannot wrap it: ${report.reason}`,
+        fix: `none that vram-preflight can apply: its in-place restarts are as without it; to acknowledge that and take it off this list, label the pod template ${LABEL_SKIP}=true`,
+      };
+    } else if (said !== undefined) {
+      const now = report.action === 'error'
         ? `${report.error?.details.fix ?? 'see docs/errors.md'}; then ${recreate(pod)}`
         : `the webhook would wrap it now (with the config given to this audit: what it lacked at admission, a config entry or a registry answer, is there now): ${recreate(pod)}`;
       why = { code: 'not-wrapped', detail: `the webhook refused to wrap it at admission: ${said}`, fix: now };

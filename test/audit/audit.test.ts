@@ -137,6 +137,8 @@ beforeAll(async () => {
     pod(NS.ml, 'vllm-cpu', [vllmContainer({ resources: undefined, args: ['--model', 'facebook/opt-125m'] })]),
     pod(NS.ml, 'dra', [vllmContainer({ resources: { claims: [{ name: 'gpu' }] } })], {}, { resourceClaims: [{ name: 'gpu', resourceClaimTemplateName: 'gpu' }] }),
     pod(NS.ml, 'done', [model]),
+    // vLLM on a MIG instance: the core cannot wrap it, whatever admitted it.
+    pod(NS.ml, 'mig', [vllmContainer({ resources: { limits: { 'nvidia.com/mig-1g.18gb': '1' } } })]),
     pod(NS.off, 'stray', [model]),
     pod(NS.excl, 'stray', [model]),
     pod(NS.quiet, 'nginx-gpu', [{ name: 'web', image: 'nginx:1.27', resources: { limits: { 'nvidia.com/gpu': '1' } } }]),
@@ -182,7 +184,7 @@ describe('vram-preflight audit against a real API server', () => {
     expect(report.webhooks).toEqual([{ configuration: MWC, webhook: 'pods.vram-preflight.io', createdAt: expect.stringMatching(/Z$/), target: 'https://127.0.0.1:1/mutate', failurePolicy: 'Ignore' }]);
     const found = byPod(report);
     // Not listed: the sidecar, nginx with a GPU, vLLM on CPU, the finished pod.
-    expect(Object.keys(found).sort()).toEqual(['annotated-skip/model', 'down/model', 'dra/model', 'early/model', 'labelled-skip/model', 'refused/model', 'served/model', 'wrapped/model']);
+    expect(Object.keys(found).sort()).toEqual(['annotated-skip/model', 'down/model', 'dra/model', 'early/model', 'labelled-skip/model', 'mig/model', 'refused/model', 'served/model', 'wrapped/model']);
     const why = Object.fromEntries(Object.entries(found as Record<string, K8s>).map(([key, entry]) => [key, `${entry.status} ${entry.why.code}`]));
     expect(why).toEqual({
       'annotated-skip/model': 'opted-out opted-out-annotation',
@@ -190,11 +192,15 @@ describe('vram-preflight audit against a real API server', () => {
       'dra/model': 'unprotected webhook-not-called',
       'early/model': 'unprotected created-before-webhook',
       'labelled-skip/model': 'opted-out opted-out-label',
+      'mig/model': 'unprotected cannot-be-wrapped',
       'refused/model': 'unprotected not-wrapped',
       'served/model': 'unprotected webhook-not-called',
       'wrapped/model': 'protected wrapped',
     });
-    expect(report.summary).toEqual({ pods: 10, finishedPods: 1, containers: { protected: 1, unprotected: 5, undetermined: 0, optedOut: 2 } });
+    expect(report.summary).toEqual({ pods: 11, finishedPods: 1, containers: { protected: 1, unprotected: 6, undetermined: 0, optedOut: 2 } });
+    expect(found['mig/model'].decision.action).toBe('cannot-wrap');
+    expect(found['mig/model'].why.detail).toMatch(/^vram-preflight cannot wrap it: on a MIG instance \(nvidia\.com\/mig-1g\.18gb=1\)/);
+    expect(found['mig/model'].fix).toContain('label the pod template vram-preflight.io/skip=true');
 
     expect(found['down/model']).toMatchObject({ image: 'vllm/vllm-openai:v0.10.1', owner: null, decision: { action: 'wrap' } });
     expect(found['down/model'].why.detail).toContain(`${MWC} selects this pod, yet it was not wrapped and carries no vram-preflight.io annotation`);
@@ -222,13 +228,13 @@ describe('vram-preflight audit against a real API server', () => {
     const lines = text.split('\n');
     expect(lines[0]).toBe(`vram-preflight ${JSON.parse(readFileSync(path.join(ROOT, 'package.json'), 'utf8')).version} audit of ${c.api}, namespace ${NS.ml} (kubeconfig ${c.kubeconfig}, context "vram-preflight-test")`);
     expect(lines[1]).toMatch(new RegExp(`^webhook: MutatingWebhookConfiguration ${MWC}, webhook pods\\.vram-preflight\\.io, created \\S+Z, calls https://127\\.0\\.0\\.1:1/mutate, failurePolicy Ignore$`));
-    expect(lines[2]).toBe('10 pods (and 1 finished, not audited); 8 containers run vLLM on an NVIDIA GPU: 1 protected, 5 not protected, 0 undetermined, 2 opted out');
+    expect(lines[2]).toBe('11 pods (and 1 finished, not audited); 9 containers run vLLM on an NVIDIA GPU: 1 protected, 6 not protected, 0 undetermined, 2 opted out');
     const sections = lines.filter((l) => /^\S.*\(\d+\):$/.test(l));
-    expect(sections).toEqual(['NOT PROTECTED: vLLM starts without waiting for GPU memory (5):', 'Opted out (listed, not counted as failures) (2):']);
+    expect(sections).toEqual(['NOT PROTECTED: vLLM starts without waiting for GPU memory (6):', 'Opted out (listed, not counted as failures) (2):']);
     expect(text).toContain(`  ${NS.ml}/down, container "model" (image vllm/vllm-openai:v0.10.1)\n    why: ${MWC} selects this pod`);
     expect(text).toContain(`\n    fix: check that the webhook is up and reachable`);
     expect(text).toContain(`  ${NS.ml}/labelled-skip, container "model" (image vllm/vllm-openai:v0.10.1)\n    why: runs vLLM on an NVIDIA GPU, opted out by label vram-preflight.io/skip=true`);
-    expect(text.trimEnd().split('\n').at(-1)).toBe('result: 5 containers not protected (exit code 3)');
+    expect(text.trimEnd().split('\n').at(-1)).toBe('result: 6 containers not protected (exit code 3)');
     // Each not-protected container of the JSON, once, with its why and fix.
     const { report } = auditJson(['--namespace', NS.ml, '--webhook-configuration', MWC]);
     for (const entry of report.containers.filter((e: K8s) => e.status === 'unprotected')) {
@@ -267,7 +273,7 @@ describe('vram-preflight audit against a real API server', () => {
     expect(run.status).toBe(3);
     expect(report.webhooks).toEqual([]);
     const why = Object.fromEntries(Object.entries(byPod(report) as Record<string, K8s>).map(([key, entry]) => [key, entry.why.code]));
-    expect(why).toMatchObject({ 'down/model': 'no-webhook', 'early/model': 'no-webhook', 'served/model': 'no-webhook', 'dra/model': 'no-webhook', 'refused/model': 'not-wrapped' });
+    expect(why).toMatchObject({ 'down/model': 'no-webhook', 'early/model': 'no-webhook', 'served/model': 'no-webhook', 'dra/model': 'no-webhook', 'refused/model': 'not-wrapped', 'mig/model': 'cannot-be-wrapped' });
     expect(byPod(report)['down/model'].fix).toMatch(/^install it \(helm install vram-preflight deploy\/webhook, docs\/webhook\.md\), then create the pod again/);
     expect(audit(['--namespace', NS.ml, '--webhook-configuration', `absent-${id}`]).stdout.split('\n')[1]).toBe(`webhook: MutatingWebhookConfiguration absent-${id} not found`);
   });
