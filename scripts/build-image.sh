@@ -51,7 +51,9 @@ fi
 [ "$target" != fetch-node ] || exit 0
 version=$(node -p 'require("./package.json").version')
 out=${IMAGE_OUT:-dist/images/$image-$version.oci.tar}
-for f in dist/vram-preflight.cjs dist/vram-preflight.app.js dist/vram-preflight.webhook.cjs; do
+# The bundle to put in the image: dist/ by default; the release passes the one it staged (DIST_DIR).
+dist=${DIST_DIR:-dist}
+for f in "$dist/vram-preflight.cjs" "$dist/vram-preflight.app.js" "$dist/vram-preflight.webhook.cjs" "$dist/vram-preflight.audit.cjs"; do
   [ -f "$f" ] || { echo "build-image: no $f; run node scripts/build.mjs first" >&2; exit 1; }
 done
 
@@ -83,6 +85,8 @@ case $target in
   argocd-cmp)
     app=/opt/vram-preflight
     [ -x .cache/helm/v3/helm ] || { echo "build-image: no .cache/helm/v3/helm; run scripts/fetch-helm.sh first" >&2; exit 1; }
+    # The helm the sidecar runs is the pinned binary (by sha256), not whatever says it is v3.17.2.
+    bash scripts/fetch-helm.sh --check 3
     install -D -m 0755 .cache/helm/v3/helm "$rootfs/usr/local/bin/helm"
     # What generate.sh and init.sh run besides node, helm and vram-preflight.
     for tool in bash env grep mktemp rm dirname cat; do
@@ -98,11 +102,15 @@ case $target in
     printf 'root:x:0:\nargocd:x:999:\n' >"$rootfs/etc/group"
     ;;
 esac
-install -D -m 0755 dist/vram-preflight.cjs "$rootfs$app/vram-preflight.cjs"
-install -m 0644 dist/vram-preflight.app.js "$rootfs$app/vram-preflight.app.js"
-# The webhook's own bundle (src/cli/bin.ts requires it for `webhook`): only the
-# webhook image runs that command; the Argo CD sidecar renders only.
-[ "$target" != webhook ] || install -m 0644 dist/vram-preflight.webhook.cjs "$rootfs$app/vram-preflight.webhook.cjs"
+install -D -m 0755 "$dist/vram-preflight.cjs" "$rootfs$app/vram-preflight.cjs"
+install -m 0644 "$dist/vram-preflight.app.js" "$rootfs$app/vram-preflight.app.js"
+# The webhook's and the audit's own bundles (src/cli/bin.ts requires them for
+# `webhook` and `audit`): only the webhook image runs those commands (the chart's
+# audit CronJob runs `audit` in it); the Argo CD sidecar renders only.
+if [ "$target" = webhook ]; then
+  install -m 0644 "$dist/vram-preflight.webhook.cjs" "$rootfs$app/vram-preflight.webhook.cjs"
+  install -m 0644 "$dist/vram-preflight.audit.cjs" "$rootfs$app/vram-preflight.audit.cjs"
+fi
 
 # The V8 code cache, written next to the bundle by the image's own Node (the
 # directory is read-only at run time). V8 seeds its string hashes at random in

@@ -14,15 +14,17 @@
 //                                   yaml); the application requires it for
 //                                   `vram-preflight webhook` only, so that a render
 //                                   never reads or compiles the webhook's code
+//   dist/vram-preflight.audit.cjs   the audit door (src/audit/main.ts, `vram-preflight
+//                                   audit`), built and required the same way
 //
-// They are one build: every artifact that runs the webhook ships all three side by
-// side (DIST_FILES in scripts/package-plugin.mjs; the Argo CD image, which never
-// runs the webhook, ships the first two). The application is pure ASCII (checked
+// They are one build: every artifact that runs the webhook or the audit ships all
+// four side by side (DIST_FILES in scripts/package-plugin.mjs; the Argo CD image,
+// which runs neither, ships the first two). The application is pure ASCII (checked
 // here) so that the launcher reads it as latin1: no UTF-8 decoding, and V8
 // gets a one-byte string. Used by `npm run build`, by
 // scripts/package-plugin.mjs and by the e2e tests.
 //
-//   node scripts/build.mjs                 build dist/vram-preflight.cjs (+ .app.js, .webhook.cjs)
+//   node scripts/build.mjs                 build dist/vram-preflight.cjs (+ .app.js, .webhook.cjs, .audit.cjs)
 //   node scripts/build.mjs --analyze       also print what the bundle is made of
 //   node scripts/build.mjs --outfile FILE  build elsewhere (the e2e tests build
 //                                          into temp dirs so they never race dist/);
@@ -38,6 +40,7 @@ const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
 const entry = path.join(root, 'src/cli/bin.ts');
 const launcherEntry = path.join(root, 'src/cli/launcher.ts');
 const webhookEntry = path.join(root, 'src/webhook/main.ts');
+const auditEntry = path.join(root, 'src/audit/main.ts');
 
 /**
  * Strings only the webhook's code holds (its flags, what it serves): found in
@@ -45,6 +48,8 @@ const webhookEntry = path.join(root, 'src/webhook/main.ts');
  * of src/webhook/ from the CLI), and every render would pay for compiling it.
  */
 export const WEBHOOK_ONLY_MARKERS = ['--tls-cert-file', 'AdmissionReview', '/healthz'];
+/** The same for the audit and the Kubernetes API client it alone uses (src/audit/, src/kubernetes/). */
+export const AUDIT_ONLY_MARKERS = ['--webhook-configuration', 'mutatingwebhookconfigurations', 'ExecCredential'];
 const defaultOutfile = path.join(root, 'dist/vram-preflight.cjs');
 
 function argValue(name) {
@@ -92,7 +97,7 @@ const yamlVersion = () => JSON.parse(readFileSync(path.join(yamlDir, 'package.js
  * module function. Written by buildBundle, wrapped, next to the launcher
  * (src/cli/launcher.ts), which compiles it with a V8 code cache.
  */
-async function buildApp({ entryPoint = entry, outName = 'app.cjs', webhookName }) {
+async function buildApp({ entryPoint = entry, outName = 'app.cjs', webhookName, auditName }) {
   const result = await build({
     absWorkingDir: root,
     entryPoints: [entryPoint],
@@ -117,8 +122,12 @@ async function buildApp({ entryPoint = entry, outName = 'app.cjs', webhookName }
     // it to the bundle's own file URL; computed on first use (node:url's
     // pathToFileURL costs ~0.7 ms of start-up, and nothing uses it today).
     banner: { js: 'var __vram_preflight_import_meta={get url(){return require("url").pathToFileURL(__filename).href}};' },
-    // src/cli/bin.ts: the webhook's file name, beside the launcher (as the application's, fixed at build).
-    define: { 'import.meta.url': '__vram_preflight_import_meta.url', ...(webhookName && { __vram_preflight_webhook: JSON.stringify(webhookName) }) },
+    // src/cli/bin.ts: the webhook's and the audit's file names, beside the launcher (as the application's, fixed at build).
+    define: {
+      'import.meta.url': '__vram_preflight_import_meta.url',
+      ...(webhookName && { __vram_preflight_webhook: JSON.stringify(webhookName) }),
+      ...(auditName && { __vram_preflight_audit: JSON.stringify(auditName) }),
+    },
     loader: { '.json': 'json' },
   });
   return result;
@@ -152,18 +161,34 @@ export function webhookFileName(launcherName) {
   return `${launcherName.replace(/\.c?js$/, '')}.webhook.cjs`;
 }
 
+/** The audit's file name for a launcher named `launcherName`: same stem, `.audit.cjs` (given to src/cli/bin.ts). */
+export function auditFileName(launcherName) {
+  return `${launcherName.replace(/\.c?js$/, '')}.audit.cjs`;
+}
+
 export async function buildBundle({ outfile = defaultOutfile, quiet = false, analyze = false } = {}) {
   outfile = path.resolve(outfile);
   const appName = appFileName(path.basename(outfile));
   const appfile = path.join(path.dirname(outfile), appName);
   const webhookName = webhookFileName(path.basename(outfile));
   const webhookfile = path.join(path.dirname(outfile), webhookName);
+  const auditName = auditFileName(path.basename(outfile));
+  const auditfile = path.join(path.dirname(outfile), auditName);
   mkdirSync(path.dirname(outfile), { recursive: true });
-  const [result, launcher, webhook] = await Promise.all([buildApp({ webhookName }), buildLauncher(), buildApp({ entryPoint: webhookEntry, outName: 'webhook.cjs' })]);
+  const [result, launcher, webhook, audit] = await Promise.all([
+    buildApp({ webhookName, auditName }),
+    buildLauncher(),
+    buildApp({ entryPoint: webhookEntry, outName: 'webhook.cjs' }),
+    buildApp({ entryPoint: auditEntry, outName: 'audit.cjs' }),
+  ]);
   const app = result.outputFiles[0].text.replace(/^#![^\n]*\n/, '');
   const webhookMarker = WEBHOOK_ONLY_MARKERS.find((m) => app.includes(m));
   if (webhookMarker !== undefined) {
     throw new Error(`the application holds the webhook's code ("${webhookMarker}"): src/cli/ must reach src/webhook/ only through ${path.basename(webhookfile)}, required at run time`);
+  }
+  const auditMarker = AUDIT_ONLY_MARKERS.find((m) => app.includes(m));
+  if (auditMarker !== undefined) {
+    throw new Error(`the application holds the audit's code ("${auditMarker}"): src/cli/ must reach src/audit/ only through ${path.basename(auditfile)}, required at run time`);
   }
   // Wrapped as Node wraps a CommonJS module; the launcher calls it.
   const source = `(function (exports, require, module, __filename, __dirname) {${app}\n})`;
@@ -185,13 +210,13 @@ export async function buildBundle({ outfile = defaultOutfile, quiet = false, ana
     'if(!(+process.versions.node.split(".")[0]>=20)){process.stderr.write("vram-preflight: Node.js 20 or newer is needed; this is Node.js "+process.version+" ("+process.execPath+")\\n");process.exit(1)}\n' +
     `var __vram_preflight_hash=${JSON.stringify(hash)},__vram_preflight_app=${JSON.stringify(appName)};\n` +
     launcher.outputFiles[0].text;
-  for (const w of [...result.warnings, ...webhook.warnings]) {
+  for (const w of [...result.warnings, ...webhook.warnings, ...audit.warnings]) {
     if (!quiet) process.stderr.write(`build: warning: ${w.text}${w.location ? ` (${w.location.file}:${w.location.line})` : ''}\n`);
   }
 
   // Self-containment check: the bundle may only require Node's built-ins.
   const builtins = new Set([...builtinModules, ...builtinModules.map((m) => `node:${m}`)]);
-  const external = [result, launcher, webhook]
+  const external = [result, launcher, webhook, audit]
     .flatMap((r) => Object.values(r.metafile.outputs))
     .flatMap((o) => o.imports)
     .filter((i) => i.external && !builtins.has(i.path))
@@ -205,6 +230,8 @@ export async function buildBundle({ outfile = defaultOutfile, quiet = false, ana
   chmodSync(appfile, 0o644);
   writeFileSync(webhookfile, webhook.outputFiles[0].text.replace(/^#![^\n]*\n/, ''));
   chmodSync(webhookfile, 0o644);
+  writeFileSync(auditfile, audit.outputFiles[0].text.replace(/^#![^\n]*\n/, ''));
+  chmodSync(auditfile, 0o644);
   writeFileSync(outfile, text);
   chmodSync(outfile, 0o755);
   // Code caches of earlier builds at this path (src/cli/launcher.ts names them
@@ -217,7 +244,8 @@ export async function buildBundle({ outfile = defaultOutfile, quiet = false, ana
   if (!quiet) {
     process.stdout.write(
       `build: ${path.relative(root, outfile)} ${(statSync(outfile).size / 1024).toFixed(1)} KiB + ${path.relative(root, appfile)} ${(statSync(appfile).size / 1024).toFixed(1)} KiB` +
-        ` (+ ${path.relative(root, webhookfile)} ${(statSync(webhookfile).size / 1024).toFixed(1)} KiB, for \`webhook\` only)\n`,
+        ` (+ ${path.relative(root, webhookfile)} ${(statSync(webhookfile).size / 1024).toFixed(1)} KiB, for \`webhook\` only;` +
+        ` ${path.relative(root, auditfile)} ${(statSync(auditfile).size / 1024).toFixed(1)} KiB, for \`audit\` only)\n`,
     );
   }
   if (analyze) {
@@ -232,7 +260,7 @@ export async function buildBundle({ outfile = defaultOutfile, quiet = false, ana
       process.stdout.write(`  ${(v / 1024).toFixed(1).padStart(8)} KiB  ${k}\n`);
     }
   }
-  return { outfile, appfile, webhookfile, size, hash };
+  return { outfile, appfile, webhookfile, auditfile, size, hash };
 }
 
 if (process.argv[1] && path.resolve(process.argv[1]) === fileURLToPath(import.meta.url)) {

@@ -172,6 +172,18 @@ const VALUES = {
     apiServer: { type: 'array', description: "NetworkPolicyPeers the API server's calls come from, e.g. [{ipBlock: {cidr: 10.0.0.0/24}}] (the control plane; konnectivity's agents where it is used).", items: networkPolicyPeer() },
     metricsScrapers: { type: 'array', description: 'NetworkPolicyPeers allowed to scrape metrics.port (or the HTTPS port when it is 0).', items: networkPolicyPeer() },
   }),
+  audit: object('`vram-preflight audit` (docs/webhook.md, "Audit"): the read-only ClusterRole <fullname>-audit it needs is always created; bind it to a person or CI, or enable the CronJob.', {
+    cronJob: object("A CronJob that runs `vram-preflight audit` in the webhook's image with the chart's config and a ServiceAccount of its own bound to the audit ClusterRole; a run that finds an unprotected container fails its Job (exit 3), once.", {
+      enabled: bool('Create it.'),
+      // Five cron fields or a @macro, as the CronJob controller reads spec.schedule (robfig/cron).
+      schedule: str('When it runs: spec.schedule of the CronJob (cron syntax, or @hourly, @daily, ...).', { pattern: '^(@(yearly|annually|monthly|weekly|daily|midnight|hourly)|(\\S+\\s+){4}\\S+)$' }),
+      extraArgs: { type: 'array', description: 'Extra flags of `vram-preflight audit` (e.g. --output=json, --namespace=ml); the audit refuses an unknown one.', items: { type: 'string', pattern: '^--[a-z]' } },
+      resources: object('Resources of the audit container.', {
+        requests: map('Requests, e.g. cpu: 50m, memory: 96Mi.', quantity, '^(cpu|memory|ephemeral-storage|hugepages-[0-9A-Za-z]+|[a-z0-9.-]+/[a-z0-9._-]+)$'),
+        limits: map('Limits, e.g. memory: 256Mi.', quantity, '^(cpu|memory|ephemeral-storage|hugepages-[0-9A-Za-z]+|[a-z0-9.-]+/[a-z0-9._-]+)$'),
+      }),
+    }),
+  }),
 };
 
 /** A NetworkPolicyPeer (networking.k8s.io/v1): an ipBlock, or pod and namespace selectors. */

@@ -2,14 +2,15 @@
 // `npm run package`: builds the bundle, then lays out the Helm 4 plugin
 //
 //   <dist>/plugin/vram-preflight/
-//     plugin.yaml                    (the repository's plugin.yaml, unchanged)
+//     plugin.yaml                    (the repository's helm-plugin/plugin.yaml, unchanged)
 //     bin/node-version-guard.cjs     (the Node.js >= 20 check plugin.yaml loads first)
 //     dist/vram-preflight.cjs        (the launcher, 0755, and next to it the
 //     dist/vram-preflight.app.js      application it loads, 0644: the self-contained
-//     dist/vram-preflight.webhook.cjs bundle, and the webhook it requires for
-//                                     `vram-preflight webhook` only, 0644; the same
-//                                     relative paths as in the npm package and in a
-//                                     built checkout, so one plugin.yaml serves all)
+//     dist/vram-preflight.webhook.cjs bundle, and the webhook and the audit it
+//     dist/vram-preflight.audit.cjs   requires for `vram-preflight webhook` and
+//                                     `vram-preflight audit` only, 0644; the same
+//                                     relative paths as in the npm package, so one
+//                                     plugin.yaml serves both)
 //     src/report.schema.json         (the schema of `explain --output json`)
 //     README.md, LICENSE (when the repository has one)
 //
@@ -49,12 +50,23 @@ export const PLUGIN_NAME = 'vram-preflight';
  * THE one list: a companion of the bundle (e.g. a V8 code-cache file) is one
  * more entry here.
  */
-export const DIST_FILES = ['vram-preflight.cjs', 'vram-preflight.app.js', 'vram-preflight.webhook.cjs'];
+export const DIST_FILES = ['vram-preflight.cjs', 'vram-preflight.app.js', 'vram-preflight.webhook.cjs', 'vram-preflight.audit.cjs'];
 
 /** Repository files the plugin carries as they are (besides dist/ and the generated README). */
 // src/report.schema.json: the schema of `explain --output json`, at the same
 // relative path as in the npm package, for whoever consumes the report.
 export const PLUGIN_REPO_FILES = ['plugin.yaml', 'bin/node-version-guard.cjs', 'src/report.schema.json'];
+
+/**
+ * Where the plugin's plugin.yaml lives in the repository (it becomes plugin.yaml
+ * at the top of the plugin directory and of the npm package): not at the top
+ * of the repository, where `helm plugin install <git URL>` would find it
+ * (Helm 3 would install a plugin it cannot read; docs/install.md).
+ */
+export const PLUGIN_YAML_SOURCE = 'helm-plugin/plugin.yaml';
+
+/** A repository file of the plugin directory (or npm package): plugin.yaml comes from PLUGIN_YAML_SOURCE. */
+export const repoSource = (rel) => (rel === 'plugin.yaml' ? PLUGIN_YAML_SOURCE : rel);
 
 // Strict semver 2.0.0 (Helm 4.1.4 checks plugin versions with Masterminds' StrictNewVersion).
 const SEMVER =
@@ -68,7 +80,7 @@ export function pluginYamlField(text, key) {
 
 /**
  * Every place that carries the release version, and what it says. They must
- * agree: package.json, plugin.yaml, src/core/version.ts, the Argo CD plugin's
+ * agree: package.json, helm-plugin/plugin.yaml, src/core/version.ts, the Argo CD plugin's
  * spec.version (`v<version>`, in plugin.yaml and in the ConfigMap that embeds
  * it) and the sidecar image tag in repo-server-patch.yaml.
  */
@@ -81,7 +93,7 @@ export function versionSites() {
   const unv = (s) => s.replace(/^v/, '');
   return {
     'package.json': JSON.parse(read('package.json')).version,
-    'plugin.yaml': pluginYamlField(read('plugin.yaml'), 'version'),
+    [PLUGIN_YAML_SOURCE]: pluginYamlField(read(PLUGIN_YAML_SOURCE), 'version'),
     'src/core/version.ts': one('src/core/version.ts', /VERSION = '([^']+)'/),
     'deploy/argocd/plugin.yaml spec.version': one('deploy/argocd/plugin.yaml', /^ {2}version:[ \t]*["']?(v[^"'\s]+)/m, unv),
     'deploy/argocd/cmp-plugin-configmap.yaml spec.version': one('deploy/argocd/cmp-plugin-configmap.yaml', /^ {6}version:[ \t]*["']?(v[^"'\s]+)/m, unv),
@@ -91,10 +103,10 @@ export function versionSites() {
 
 export function checkVersions() {
   const pkg = JSON.parse(readFileSync(path.join(root, 'package.json'), 'utf8'));
-  const pluginYaml = readFileSync(path.join(root, 'plugin.yaml'), 'utf8');
+  const pluginYaml = readFileSync(path.join(root, PLUGIN_YAML_SOURCE), 'utf8');
   const problems = [];
   const name = pluginYamlField(pluginYaml, 'name');
-  if (name !== PLUGIN_NAME) problems.push(`plugin.yaml name is ${name}, expected ${PLUGIN_NAME}`);
+  if (name !== PLUGIN_NAME) problems.push(`${PLUGIN_YAML_SOURCE} name is ${name}, expected ${PLUGIN_NAME}`);
   for (const [where, v] of Object.entries(versionSites())) {
     if (v !== pkg.version) problems.push(`${where} says ${v ?? '(nothing)'}, package.json says ${pkg.version}`);
   }

@@ -20,7 +20,24 @@
 //                                     deploy/argocd/ + dist/ (the same bundle);
 //                                     docker build -f deploy/argocd/Dockerfile
 //                                       --build-arg BUNDLE=prebuilt - < it
+//   vram-preflight-webhook-<v>.tgz    the webhook's Helm chart, its default image
+//                                     pinned by digest to the webhook image below
+//                                     (image.repository = <registry>/vram-preflight-webhook,
+//                                     image.digest = sha256:…); packaged by `helm package`
+//   vram-preflight-webhook-<v>.tgz.prov
+//                                     its provenance: the text `helm package --sign`
+//                                     signs, signed by gpg as the plugin's is
+//   vram-preflight-webhook-<v>.oci.tar  the webhook image, an OCI archive
+//   vram-preflight-cmp-<v>.oci.tar      the Argo CD sidecar image, an OCI archive
+//                                     (both by scripts/build-image.sh: reproducible)
+//   vram-preflight-images.txt         each image as <registry>/<name>:<v>@<digest>
 //   SHA256SUMS                        sha256sum format, every file above
+//
+// With --push, the images go to <registry> by digest (then tagged <v>), with
+// skopeo, and the chart (with its .prov) to oci://<registry>/charts with helm:
+//   helm install vram-preflight oci://<registry>/charts/vram-preflight-webhook --version <v>
+// renders the released image, and `helm pull ... --verify` checks the chart
+// against the release key. Log in first (`skopeo login`, `helm registry login`).
 //
 // Same commit (and the same Node.js/npm: the summary prints them), same
 // bytes: every archive entry's mtime is SOURCE_DATE_EPOCH
@@ -39,21 +56,53 @@
 //   --passphrase-file F    the key's passphrase (default: gpg-agent asks; none for an unprotected key)
 //   --out DIR              where to write (default: dist/release; emptied first)
 //   --allow-dirty          release a checkout with uncommitted changes (not for publishing)
-//   --no-sign              skip the .prov and the key (Helm 4 then refuses the archive without --verify=false)
+//   --no-sign              skip the .prov files and the key (Helm 4 then refuses the archive without --verify=false)
+//   --registry PREFIX      where the images and the chart are published (default ghcr.io/vram-preflight):
+//                          <PREFIX>/vram-preflight-webhook, <PREFIX>/vram-preflight-cmp, oci://<PREFIX>/charts
+//   --push                 push the images (by digest) and the chart there
+//   --plain-http           the registry speaks plain HTTP (a local registry)
+//   --images-from DIR      take vram-preflight-webhook-<v>.oci.tar and vram-preflight-cmp-<v>.oci.tar
+//                          from DIR (scripts/build-image.sh of this checkout) instead of building them
+//                          (building needs buildah, as scripts/build-image.sh says)
+//   --helm PATH            helm v4, which packages the chart (default .cache/helm/v4/helm: scripts/fetch-helm.sh)
+//
+// Helm 3 reads RSA keys only (golang.org/x/crypto/openpgp): sign with an RSA
+// key for the chart to verify under Helm 3 too.
 import { execFileSync, spawnSync } from 'node:child_process';
 import { createHash } from 'node:crypto';
-import { copyFileSync, cpSync, existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, renameSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import { copyFileSync, cpSync, existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, renameSync, rmSync, statSync, utimesSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { parse as parseYaml, stringify as stringifyYaml } from 'yaml';
-import { DIST_FILES, listTree, makeTarGz, packagePlugin, PLUGIN_NAME, root, sourceDateEpoch } from './package-plugin.mjs';
+import { DIST_FILES, listTree, makeTarGz, packagePlugin, PLUGIN_NAME, PLUGIN_YAML_SOURCE, repoSource, root, sourceDateEpoch } from './package-plugin.mjs';
 
 class UsageError extends Error {}
 
+/** Where a release publishes its images and chart, unless --registry says otherwise. */
+export const DEFAULT_REGISTRY = 'ghcr.io/vram-preflight';
+const CHART_NAME = 'vram-preflight-webhook';
+/** The images, by the target of scripts/build-image.sh. */
+const IMAGES = [
+  { target: 'webhook', name: 'vram-preflight-webhook' },
+  { target: 'argocd-cmp', name: 'vram-preflight-cmp' },
+];
+
 export function parseArgs(argv) {
-  const opts = { key: undefined, homedir: undefined, passphraseFile: undefined, out: path.join(root, 'dist/release'), allowDirty: false, sign: true };
-  const takes = { '--key': 'key', '--homedir': 'homedir', '--passphrase-file': 'passphraseFile', '--out': 'out' };
+  const opts = {
+    key: undefined,
+    homedir: undefined,
+    passphraseFile: undefined,
+    out: path.join(root, 'dist/release'),
+    allowDirty: false,
+    sign: true,
+    registry: DEFAULT_REGISTRY,
+    push: false,
+    plainHttp: false,
+    imagesFrom: undefined,
+    helm: path.join(root, '.cache/helm/v4/helm'),
+  };
+  const takes = { '--key': 'key', '--homedir': 'homedir', '--passphrase-file': 'passphraseFile', '--out': 'out', '--registry': 'registry', '--images-from': 'imagesFrom', '--helm': 'helm' };
   for (let i = 0; i < argv.length; i++) {
     const a = argv[i];
     const eq = a.indexOf('=');
@@ -64,10 +113,14 @@ export function parseArgs(argv) {
       opts[takes[name]] = v;
     } else if (a === '--allow-dirty') opts.allowDirty = true;
     else if (a === '--no-sign') opts.sign = false;
+    else if (a === '--push') opts.push = true;
+    else if (a === '--plain-http') opts.plainHttp = true;
     else throw new UsageError(`unknown argument ${a}`);
   }
+  if (!/^[a-z0-9.-]+(:[0-9]+)?(\/[a-z0-9._-]+)*$/.test(opts.registry)) throw new UsageError(`--registry ${opts.registry} is not a registry host[:port][/path]`);
   if (opts.sign && !opts.key) throw new UsageError('--key <gpg key id> is required (or --no-sign for a trial run)');
   opts.out = path.resolve(opts.out);
+  if (opts.imagesFrom) opts.imagesFrom = path.resolve(opts.imagesFrom);
   return opts;
 }
 
@@ -183,7 +236,8 @@ function npmPack(stageDir, destDir, version) {
   const distPaths = new Set(DIST_FILES.map((f) => `dist/${f}`));
   for (const entry of pkg.files) {
     if (distPaths.has(entry) || entry === 'dist') continue;
-    const from = path.join(root, entry);
+    // plugin.yaml at the top of the package (a Helm 4 plugin directory) comes from helm-plugin/plugin.yaml.
+    const from = path.join(root, repoSource(entry));
     if (!existsSync(from)) throw new Error(`package.json "files" lists ${entry}, which is not in the checkout`);
     cpSync(from, path.join(pkgDir, entry), { recursive: true });
   }
@@ -218,6 +272,93 @@ function argocdContext(stageDir, destDir, version, epoch) {
   return { file, files: entries.filter((e) => !e.dir).map((e) => e.name) };
 }
 
+function run(command, args, what, options = {}) {
+  const r = spawnSync(command, args, { encoding: 'utf8', maxBuffer: 64 * 1024 * 1024, ...options });
+  if (r.error) throw new Error(`${what}: cannot run ${command} (${r.error.message})`);
+  if (r.status !== 0) throw new Error(`${what}: ${command} exited ${r.status}:\n${(r.stderr || r.stdout).trim()}`);
+  return r.stdout;
+}
+
+/** The image archives: built here from the staged bundle (buildah), or taken from --images-from. */
+function images(opts, stageDir, version) {
+  return IMAGES.map(({ target, name }) => {
+    const file = path.join(stageDir, `${name}-${version}.oci.tar`);
+    if (opts.imagesFrom) {
+      const from = path.join(opts.imagesFrom, `${name}-${version}.oci.tar`);
+      if (!existsSync(from)) throw new UsageError(`--images-from ${opts.imagesFrom} has no ${path.basename(from)} (scripts/build-image.sh ${target} writes it)`);
+      copyFileSync(from, file);
+    } else {
+      run('bash', [path.join(root, 'scripts/build-image.sh'), target], `building the ${name} image`, { cwd: root, env: { ...process.env, IMAGE_OUT: file, DIST_DIR: path.join(stageDir, 'dist') } });
+    }
+    const digest = run('skopeo', ['inspect', '--format', '{{.Digest}}', `oci-archive:${file}`], `reading the ${name} image's digest`).trim();
+    if (!/^sha256:[0-9a-f]{64}$/.test(digest)) throw new Error(`${name}: skopeo gave the digest ${JSON.stringify(digest)}`);
+    return { name, file, digest, repository: `${opts.registry}/${name}` };
+  });
+}
+
+/**
+ * The chart as released: deploy/webhook with its default image pinned to the
+ * released webhook image (repository and digest in values.yaml), every file's
+ * time the commit's, packaged by helm v4 (whose archive follows the files'
+ * times: the same commit gives the same bytes). Signed: `helm package --sign`
+ * writes the provenance text Helm checks; that text is signed again by gpg at
+ * the release's fixed time (as the plugin's .prov), so that it is reproducible too.
+ */
+function packageChart(opts, stageDir, webhookImage, epoch, signing) {
+  const chartDir = path.join(stageDir, 'chart', CHART_NAME);
+  cpSync(path.join(root, 'deploy/webhook'), chartDir, { recursive: true });
+  const valuesFile = path.join(chartDir, 'values.yaml');
+  let values = readFileSync(valuesFile, 'utf8');
+  const pins = [
+    [/^  repository: .*$/m, `  repository: ${webhookImage.repository}`],
+    [/^  digest: ""$/m, `  digest: "${webhookImage.digest}"`],
+  ];
+  for (const [line, pinned] of pins) {
+    if (!line.test(values)) throw new Error(`deploy/webhook/values.yaml: no line ${line} under image: to pin`);
+    values = values.replace(line, pinned);
+  }
+  writeFileSync(valuesFile, values);
+  const stamp = new Date(epoch * 1000);
+  for (const entry of [chartDir, ...readdirSync(chartDir, { recursive: true }).map((f) => path.join(chartDir, f))]) utimesSync(entry, stamp, stamp);
+  if (!existsSync(opts.helm)) throw new UsageError(`no helm at ${opts.helm}: run bash scripts/fetch-helm.sh, or give --helm PATH (helm v4)`);
+  const helmOut = path.join(stageDir, 'chart-out');
+  mkdirSync(helmOut);
+  const env = { ...process.env, HELM_CONFIG_HOME: path.join(stageDir, 'helm/config'), HELM_CACHE_HOME: path.join(stageDir, 'helm/cache'), HELM_DATA_HOME: path.join(stageDir, 'helm/data') };
+  const args = ['package', chartDir, '--destination', helmOut];
+  // --key takes a user id (helm finds the key by name); the keyring holds the signing key alone.
+  if (signing) args.push('--sign', '--key', signing.uid, '--keyring', signing.secring, ...(opts.passphraseFile ? ['--passphrase-file', opts.passphraseFile] : []));
+  run(opts.helm, args, 'helm package', { env });
+  const archive = path.join(helmOut, `${CHART_NAME}-${readFileSync(path.join(chartDir, 'Chart.yaml'), 'utf8').match(/^version: (\S+)$/m)[1]}.tgz`);
+  if (!existsSync(archive)) throw new Error(`helm package wrote no ${path.basename(archive)}`);
+  return { archive, helmProv: signing ? `${archive}.prov` : undefined };
+}
+
+/**
+ * The text a clear-signed file signs (RFC 4880 section 7): the lines between the
+ * armor headers' blank line and the signature, dash-escaping undone; the line
+ * break before the signature belongs to the armor, not to the text.
+ */
+export function signedText(clearSigned) {
+  const match = /^-----BEGIN PGP SIGNED MESSAGE-----\r?\n(?:[^\r\n]+\r?\n)*\r?\n([\s\S]*?)\r?\n-----BEGIN PGP SIGNATURE-----/.exec(clearSigned);
+  if (!match) throw new Error('not a clear-signed message');
+  return match[1].split('\n').map((line) => (line.startsWith('- ') ? line.slice(2) : line)).join('\n');
+}
+
+/** Images by digest, then the tag; the chart with its .prov. */
+function push(opts, imageList, chartArchive, stageDir) {
+  const tls = opts.plainHttp ? ['--dest-tls-verify=false'] : [];
+  for (const image of imageList) {
+    // By digest first: the registry must store exactly these bytes (skopeo fails if it cannot keep the digest).
+    run('skopeo', ['copy', '--quiet', '--preserve-digests', ...tls, `oci-archive:${image.file}`, `docker://${image.repository}@${image.digest}`], `pushing ${image.name}`);
+    run('skopeo', ['copy', '--quiet', '--preserve-digests', ...tls, `oci-archive:${image.file}`, `docker://${image.repository}:${image.tag}`], `tagging ${image.name}`);
+    const pushed = run('skopeo', ['inspect', '--no-tags', '--format', '{{.Digest}}', ...(opts.plainHttp ? ['--tls-verify=false'] : []), `docker://${image.repository}:${image.tag}`], `checking ${image.name}`).trim();
+    if (pushed !== image.digest) throw new Error(`${image.repository}:${image.tag} is ${pushed} in the registry, not ${image.digest}`);
+  }
+  const env = { ...process.env, HELM_CONFIG_HOME: process.env.HELM_CONFIG_HOME ?? path.join(stageDir, 'helm/config'), HELM_CACHE_HOME: path.join(stageDir, 'helm/cache'), HELM_DATA_HOME: path.join(stageDir, 'helm/data') };
+  // helm push sends the .prov next to the archive as the chart's provenance layer.
+  return run(opts.helm, ['push', chartArchive, `oci://${opts.registry}/charts`, ...(opts.plainHttp ? ['--plain-http'] : [])], 'helm push', { env });
+}
+
 export async function release(opts) {
   const commit = git(['rev-parse', 'HEAD']);
   const dirty = git(['status', '--porcelain', '--untracked-files=normal']);
@@ -242,19 +383,38 @@ export async function release(opts) {
     let signTime;
     if (opts.sign) {
       signTime = Math.max(epoch, key.created);
-      const pluginYamlText = readFileSync(path.join(root, 'plugin.yaml'), 'utf8');
+      const pluginYamlText = readFileSync(path.join(root, PLUGIN_YAML_SOURCE), 'utf8');
       sign(opts, key.fingerprint, provenanceMessage(pluginYamlText, archiveName, readFileSync(archive)), `${archive}.prov`, signTime);
       writeFileSync(path.join(opts.out, `${PLUGIN_NAME}-release-key.gpg`), gpg(opts, ['--export', '--', key.fingerprint], 'exporting the public key'));
     }
     const npm = npmPack(stage, opts.out, version);
     const argo = argocdContext(stage, opts.out, version, epoch);
 
+    // The images, and the chart pinned to the webhook image.
+    const imageList = images(opts, stage, version).map((image) => ({ ...image, tag: version }));
+    let signing;
+    if (opts.sign) {
+      // helm package --sign reads a secret keyring file (gpg's legacy format); it lives only in the stage.
+      const secring = path.join(stage, 'secring.gpg');
+      const exportArgs = ['--export-secret-keys', '--', key.fingerprint];
+      if (opts.passphraseFile) exportArgs.unshift('--pinentry-mode', 'loopback', '--passphrase-file', opts.passphraseFile);
+      writeFileSync(secring, gpg(opts, exportArgs, 'exporting the signing key for helm package'), { mode: 0o600 });
+      signing = { uid: key.uids[0], secring };
+    }
+    const chart = packageChart(opts, stage, imageList.find((i) => i.name === CHART_NAME), epoch, signing);
+    const chartFile = path.join(opts.out, path.basename(chart.archive));
+    copyFileSync(chart.archive, chartFile);
+    if (signing) sign(opts, key.fingerprint, signedText(readFileSync(chart.helmProv, 'utf8')), `${chartFile}.prov`, signTime);
+    for (const image of imageList) copyFileSync(image.file, path.join(opts.out, path.basename(image.file)));
+    writeFileSync(path.join(opts.out, `${PLUGIN_NAME}-images.txt`), imageList.map((i) => `${i.repository}:${i.tag}@${i.digest}\n`).join(''));
+    if (opts.push) push(opts, imageList.map((i) => ({ ...i, file: path.join(opts.out, path.basename(i.file)) })), chartFile, stage);
+
     const names = readdirSync(opts.out).sort();
     const sums = names.map((n) => `${sha256(readFileSync(path.join(opts.out, n)))}  ${n}\n`).join('');
     writeFileSync(path.join(opts.out, 'SHA256SUMS'), sums);
     const npmVersion = spawnSync(process.platform === 'win32' ? 'npm.cmd' : 'npm', ['--version'], { encoding: 'utf8' }).stdout.trim();
     const esbuildVersion = JSON.parse(readFileSync(path.join(root, 'node_modules/esbuild/package.json'), 'utf8')).version;
-    return { version, commit, dirty: Boolean(dirty), epoch, signTime, key, out: opts.out, files: [...names, 'SHA256SUMS'], sums, npmFiles: npm.files, argocdFiles: argo.files, npmVersion, esbuildVersion };
+    return { version, commit, dirty: Boolean(dirty), epoch, signTime, key, out: opts.out, files: [...names, 'SHA256SUMS'], sums, npmFiles: npm.files, argocdFiles: argo.files, npmVersion, esbuildVersion, images: imageList, chart: `oci://${opts.registry}/charts/${CHART_NAME}`, pushed: opts.push };
   } finally {
     rmSync(stage, { recursive: true, force: true });
   }
@@ -265,7 +425,7 @@ if (process.argv[1] && path.resolve(process.argv[1]) === fileURLToPath(import.me
   try {
     opts = parseArgs(process.argv.slice(2));
   } catch (err) {
-    process.stderr.write(`release: ${err.message}\nusage: npm run release -- --key <gpg key id> [--homedir DIR] [--passphrase-file FILE] [--out DIR] [--allow-dirty] [--no-sign]\n`);
+    process.stderr.write(`release: ${err.message}\nusage: npm run release -- --key <gpg key id> [--homedir DIR] [--passphrase-file FILE] [--out DIR] [--allow-dirty] [--no-sign] [--registry PREFIX] [--push] [--plain-http] [--images-from DIR] [--helm PATH]\n`);
     process.exit(2);
   }
   release(opts).then(
@@ -281,6 +441,8 @@ if (process.argv[1] && path.resolve(process.argv[1]) === fileURLToPath(import.me
       for (const line of r.sums.trimEnd().split('\n')) out.write(`  ${line}\n`);
       out.write(`release: npm package: ${r.npmFiles.join(', ')}\n`);
       out.write(`release: Argo CD build context: ${r.argocdFiles.join(', ')}\n`);
+      for (const image of r.images) out.write(`release: image ${image.repository}:${image.tag}@${image.digest}${r.pushed ? ' (pushed)' : ''}\n`);
+      out.write(`release: chart ${r.chart} --version ${r.version}${r.pushed ? ' (pushed)' : ' (not pushed: --push)'}\n`);
     },
     (err) => {
       process.stderr.write(`release: ${err.message ?? err}\n`);

@@ -1,6 +1,7 @@
 /**
  * The layout is the architecture: one pure core, doors that call it (the CLI,
- * the webhook), edges that touch the world for the doors (registry, config).
+ * the webhook, the audit), edges that touch the world for the doors (registry,
+ * config, kubernetes).
  * This test keeps the import directions true; tsconfig.core.json keeps Node
  * out of the core's types (npm run typecheck).
  */
@@ -16,12 +17,14 @@ const MAY_IMPORT: Record<string, readonly string[]> = {
   core: [],
   config: ['core'],
   registry: ['core'],
+  kubernetes: ['core'],
   cli: ['core', 'config', 'registry'],
-  webhook: ['core', 'config', 'registry'],
+  webhook: ['core', 'config', 'registry', 'kubernetes'],
+  audit: ['core', 'config', 'registry', 'kubernetes'],
 };
 
 /** Where one file may reach further, with why. The list only shrinks. */
-// (None: `vram-preflight webhook` is a bundle of its own, which src/cli/bin.ts requires by path at run time.)
+// (None: `vram-preflight webhook` and `vram-preflight audit` are bundles of their own, which src/cli/bin.ts requires by path at run time.)
 const EXCEPTIONS: readonly { from: string; to: string; why: string }[] = [];
 
 /** The launcher runs before the application on every render: it may import only these. */
@@ -92,6 +95,13 @@ describe('layout: one core, several doors', () => {
     // A path computed at run time (the launcher's directory + the name scripts/build.mjs gives), so esbuild bundles nothing.
     expect(bin).toMatch(/const file = join\(__dirname, __vram_preflight_webhook\)/);
     expect(bin).toMatch(/\brequire\(file\)/);
+  });
+
+  it('nothing imports the audit, not even by import(): the CLI requires its own bundle (<launcher stem>.audit.cjs) at run time', () => {
+    const reaching = all.filter((i) => i.target?.startsWith('src/audit/') && !i.file.startsWith('src/audit/'));
+    expect(reaching.map((i) => `${i.file} -> ${i.spec}`)).toEqual([]);
+    const bin = readFileSync(path.join(SRC, 'cli/bin.ts'), 'utf8');
+    expect(bin).toMatch(/const file = join\(__dirname, __vram_preflight_audit\)/);
   });
 
   it('the registry client is loaded lazily (import()), never by a static import from a door', () => {

@@ -29,6 +29,7 @@ const TOOL_OPTIONS = [
   'poll-interval-seconds',
   'log-interval-seconds',
   'headroom-mib',
+  'context-mib',
   'default-utilization',
   'on-nvidia-smi-unavailable',
   'nvidia-smi-timeout-seconds',

@@ -5,12 +5,14 @@
  * (src/cli/launcher.ts, which passes through input with nothing to rewrite
  * without loading this application): then it hands over what it read.
  *
- * `vram-preflight webhook` (and `admit`, its answer without a cluster) is another door (src/webhook/), built into a file
- * of its own next to the launcher (<launcher stem>.webhook.cjs, scripts/build.mjs)
- * and required from there for that command only: a post-renderer run neither
- * reads, compiles nor initialises any of it.
+ * `vram-preflight webhook` (and `admit`, its answer without a cluster) and
+ * `vram-preflight audit` are other doors (src/webhook/, src/audit/), each
+ * built into a file of its own next to the launcher (<launcher stem>.webhook.cjs,
+ * <launcher stem>.audit.cjs, scripts/build.mjs) and required from there for
+ * that command only: a post-renderer run neither reads, compiles nor
+ * initialises any of it.
  */
-import { readFileSync, writeFileSync } from 'node:fs';
+import { existsSync, readFileSync, writeFileSync } from 'node:fs';
 import { basename, join } from 'node:path';
 import { main } from './main.js';
 import { finish, stderr, stdout, takeStdin } from './process-io.js';
@@ -22,6 +24,8 @@ const argv = process.argv.slice(2);
 
 if (argv[0] === 'webhook' || argv[0] === 'admit') {
   startWebhook(argv[0]);
+} else if (argv[0] === 'audit') {
+  startAudit();
 } else {
   main(argv, {
     stdin: (async function* () {
@@ -43,31 +47,47 @@ if (argv[0] === 'webhook' || argv[0] === 'admit') {
   });
 }
 
-/** The webhook's file name (scripts/build.mjs: <launcher stem>.webhook.cjs, fixed at build as the application's). */
+/** The other doors' file names (scripts/build.mjs: <launcher stem>.webhook.cjs, .audit.cjs, fixed at build as the application's). */
 declare const __vram_preflight_webhook: string;
+declare const __vram_preflight_audit: string;
 
 /**
- * The webhook bundle, next to the launcher that runs this application: the
+ * A door's bundle, next to the launcher that runs this application: the
  * launcher passes its own __dirname and require (src/cli/launcher.ts), so the
  * path is computed at run time and esbuild leaves the require alone.
+ * Undefined (and the exit code set) when it cannot be loaded.
  */
-function startWebhook(command: 'webhook' | 'admit'): void {
-  const file = join(__dirname, __vram_preflight_webhook);
-  let webhook: { runWebhook(argv: readonly string[]): Promise<void>; runAdmitProcess(argv: readonly string[]): Promise<void> };
+function requireDoor<T>(file: string, what: string): T | undefined {
   try {
-    webhook = require(file) as typeof webhook;
+    return require(file) as T;
   } catch (error) {
     if ((error as NodeJS.ErrnoException).code === 'MODULE_NOT_FOUND' && (error as Error).message.includes(file)) {
-      stderr.write(`vram-preflight: the webhook is not part of this install (no ${basename(file)} next to ${basename(__filename)})\n`);
+      stderr.write(`vram-preflight: ${what} is not part of this install (no ${basename(file)} next to ${basename(__filename)})\n`);
       process.exitCode = 1;
-      return;
+      return undefined;
     }
     stderr.write(`vram-preflight: internal error: ${error instanceof Error ? error.stack : String(error)}\n`);
     process.exitCode = 70;
-    return;
+    return undefined;
   }
-  (command === 'admit' ? webhook.runAdmitProcess(argv.slice(1)) : webhook.runWebhook(argv.slice(1))).catch((error: unknown) => {
-    stderr.write(`vram-preflight: internal error: ${error instanceof Error ? error.stack : String(error)}\n`);
-    process.exitCode = 70;
-  });
+}
+
+function internalError(error: unknown): void {
+  stderr.write(`vram-preflight: internal error: ${error instanceof Error ? error.stack : String(error)}\n`);
+  process.exitCode = 70;
+}
+
+function startWebhook(command: 'webhook' | 'admit'): void {
+  const file = join(__dirname, __vram_preflight_webhook);
+  const webhook = requireDoor<{ runWebhook(argv: readonly string[]): Promise<void>; runAdmitProcess(argv: readonly string[]): Promise<void> }>(file, 'the webhook');
+  if (!webhook) return;
+  (command === 'admit' ? webhook.runAdmitProcess(argv.slice(1)) : webhook.runWebhook(argv.slice(1))).catch(internalError);
+}
+
+/** `vram-preflight audit`: its output goes through the same stdout as a render's (a failed write: exit 74). */
+function startAudit(): void {
+  const file = join(__dirname, __vram_preflight_audit);
+  type AuditDoor = { runAudit(argv: readonly string[], io: { stdout: typeof stdout; stderr: typeof stderr; env: NodeJS.ProcessEnv; readFile(path: string): string; exists(path: string): boolean; home?: string }): Promise<number> };
+  const audit = requireDoor<AuditDoor>(file, 'the audit');
+  audit?.runAudit(argv.slice(1), { stdout, stderr, env: process.env, readFile: (path) => readFileSync(path, 'utf8'), exists: existsSync, home: process.env.HOME || undefined }).then(finish, internalError);
 }

@@ -55,6 +55,7 @@ Usage:
   vram-preflight resolve [options] IMAGE...     print config images entries read from the registry
   vram-preflight webhook --help                 the cluster-wide admission webhook (docs/webhook.md)
   vram-preflight admit [options] < pod.yaml     what the webhook answers for a pod, a workload or an admission review
+  vram-preflight audit --help                   running vLLM containers that do not wait, why, the fix (docs/webhook.md)
   helm install NAME CHART --post-renderer vram-preflight [--post-renderer-args --timeout-seconds=600]
 
 Rewrites every container that starts vLLM on an NVIDIA GPU so that it waits
@@ -88,7 +89,7 @@ interface ParsedArgs {
 const OUTPUT_FLAG = '--output';
 
 /** The commands a first word may name (`webhook` and `admit` are started by src/cli/bin.ts before this parser runs). */
-const COMMANDS: readonly string[] = ['explain', 'resolve', 'webhook', 'admit'];
+const COMMANDS: readonly string[] = ['explain', 'resolve', 'webhook', 'admit', 'audit'];
 
 function parseArgs(argv: readonly string[]): ParsedArgs {
   const line = parseCommandLine(argv, 'render');

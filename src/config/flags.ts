@@ -16,7 +16,7 @@ import { CONFIG_ENV, CONFIG_FLAG, SCALAR_OPTIONS } from './sources.js';
 import { closest } from './suggest.js';
 
 /** `render`: the post-renderer and its commands (src/cli); `webhook`: `vram-preflight webhook`; `admit`: `vram-preflight admit`, the webhook's answer without a cluster (both src/webhook). */
-export type Door = 'render' | 'webhook' | 'admit';
+export type Door = 'render' | 'webhook' | 'admit' | 'audit';
 
 export interface FlagRow {
   flag: string;
@@ -45,16 +45,25 @@ export function isRenderOnlyKey(key: string): boolean {
   return RENDER_ONLY_KEYS.has(key);
 }
 
+/** A render's option in the environment of a door that is not the render would be read and then do nothing: refused instead. */
+export function refuseRenderOnlyEnv(env: Readonly<Record<string, string | undefined>>, door: Exclude<Door, 'render'>): void {
+  const renderOnly = SCALAR_OPTIONS.find((o) => RENDER_ONLY_KEYS.has(o.key) && env[o.env] !== undefined);
+  if (renderOnly) {
+    const name = door === 'webhook' ? 'the webhook' : 'admit';
+    throw new PreflightError('BAD_OPTION', `${renderOnly.env} is an option of the post-renderer, not of ${name}: ${RENDER_ONLY_WHY}`, { fix: `remove ${renderOnly.env} from the environment of ${name}` });
+  }
+}
+
 const WRAP_ROWS: readonly FlagRow[] = [
-  { flag: CONFIG_FLAG, value: 'FILE', env: CONFIG_ENV, help: 'YAML or JSON config file (schema: config.schema.json)', doors: ['render', 'webhook', 'admit'], kind: 'wrap' },
-  ...SCALAR_OPTIONS.map((o): FlagRow => ({ flag: o.flag, value: 'VALUE', env: o.env, help: o.help, doors: RENDER_ONLY_KEYS.has(o.key) ? ['render'] : ['render', 'webhook', 'admit'], kind: 'wrap' })),
+  { flag: CONFIG_FLAG, value: 'FILE', env: CONFIG_ENV, help: 'YAML or JSON config file (schema: config.schema.json)', doors: ['render', 'webhook', 'admit', 'audit'], kind: 'wrap' },
+  ...SCALAR_OPTIONS.map((o): FlagRow => ({ flag: o.flag, value: 'VALUE', env: o.env, help: o.help, doors: RENDER_ONLY_KEYS.has(o.key) ? ['render'] : ['render', 'webhook', 'admit', 'audit'], kind: 'wrap' })),
 ];
 
 const RENDER_ROWS: readonly FlagRow[] = [{ flag: '--output', value: 'text|json', help: "explain's and admit's format (json: src/report.schema.json)", doors: ['render'], kind: 'door' }];
 
 const SWITCH_ROWS: readonly FlagRow[] = [
-  { flag: '--help', aliases: ['-h'], help: 'show this help', doors: ['render', 'webhook', 'admit'], kind: 'door' },
-  { flag: '--version', aliases: ['-v'], help: 'print the version', doors: ['render', 'webhook', 'admit'], kind: 'door' },
+  { flag: '--help', aliases: ['-h'], help: 'show this help', doors: ['render', 'webhook', 'admit', 'audit'], kind: 'door' },
+  { flag: '--version', aliases: ['-v'], help: 'print the version', doors: ['render', 'webhook', 'admit', 'audit'], kind: 'door' },
 ];
 
 /**
@@ -65,8 +74,11 @@ const SWITCH_ROWS: readonly FlagRow[] = [
 export const FLAGS: readonly FlagRow[] = [...WRAP_ROWS, ...RENDER_ROWS, ...SWITCH_ROWS];
 
 const rowsOf = (door: Door, own: readonly FlagRow[]): FlagRow[] => [...own, ...FLAGS].filter((row) => row.doors.includes(door));
-const HELP_COMMAND: Record<Door, string> = { render: 'vram-preflight --help', webhook: 'vram-preflight webhook --help', admit: 'vram-preflight admit --help' };
-const DOOR_NAME: Record<Door, string> = { render: 'the post-renderer', webhook: 'the webhook', admit: 'admit (the webhook\'s answer)' };
+const HELP_COMMAND: Record<Door, string> = { render: 'vram-preflight --help', webhook: 'vram-preflight webhook --help', admit: 'vram-preflight admit --help', audit: 'vram-preflight audit --help' };
+const DOOR_NAME: Record<Door, string> = { render: 'the post-renderer', webhook: 'the webhook', admit: 'admit (the webhook\'s answer)', audit: 'the audit' };
+
+/** Why a render-only option means nothing to the audit (its messages say it). */
+export const AUDIT_RENDER_ONLY_WHY = 'the audit writes no diagnostics or report file and reads no YAML';
 
 /** What a command line says, read with the table. */
 export interface ParsedCommandLine {
@@ -118,7 +130,7 @@ function findRow(flag: string, door: Door, own: readonly FlagRow[]): FlagRow {
   if (row) {
     const owner = row.doors[0]!;
     const where = `${DOOR_NAME[owner]} (${HELP_COMMAND[owner]})`;
-    const why = door !== 'render' && row.kind === 'wrap' ? `: ${RENDER_ONLY_WHY}` : '';
+    const why = door !== 'render' && row.kind === 'wrap' ? `: ${door === 'audit' ? AUDIT_RENDER_ONLY_WHY : RENDER_ONLY_WHY}` : '';
     throw new PreflightError('USAGE', `option ${flag} belongs to ${where}, not to ${DOOR_NAME[door]}${why}`, {
       fix: `leave ${flag} out here; see ${HELP_COMMAND[door]}`,
     });
@@ -137,6 +149,19 @@ function findRow(flag: string, door: Door, own: readonly FlagRow[]): FlagRow {
   throw new PreflightError('USAGE', `unknown option ${flag}`, {
     fix: close.length ? `did you mean ${close.join(' or ')}? (all options: ${HELP_COMMAND[door]})` : `valid options: ${names.join(', ')}`,
   });
+}
+
+/** The wrap's options of a command line as src/config takes them: the config file apart, the other flags as given. */
+export function wrapOptions(line: ParsedCommandLine): { configPath?: string; flags: { flag: string; value: string }[] } {
+  const flags = line.wrap.filter((f) => f.flag !== CONFIG_FLAG);
+  // The last --config wins, as for every other option.
+  const configPath = line.wrap.reduce<string | undefined>((last, f) => (f.flag === CONFIG_FLAG ? f.value : last), undefined);
+  return configPath === undefined ? { flags } : { configPath, flags };
+}
+
+/** A render-only option set in the environment, which another door would read and then do nothing with (said at start instead). */
+export function renderOnlyVariable(env: Readonly<Record<string, string | undefined>>): string | undefined {
+  return SCALAR_OPTIONS.find((o) => RENDER_ONLY_KEYS.has(o.key) && env[o.env] !== undefined)?.env;
 }
 
 /**

@@ -24,6 +24,7 @@ export const SCALAR_OPTIONS: readonly { key: Key; flag: string; env: string; kin
   { key: 'pollIntervalSeconds', flag: '--poll-interval-seconds', env: 'VRAM_PREFLIGHT_POLL_INTERVAL_SECONDS', kind: 'number', help: 'seconds between nvidia-smi queries while waiting (default 1)' },
   { key: 'logIntervalSeconds', flag: '--log-interval-seconds', env: 'VRAM_PREFLIGHT_LOG_INTERVAL_SECONDS', kind: 'number', help: 'seconds between progress lines while waiting (default 10)' },
   { key: 'headroomMiB', flag: '--headroom-mib', env: 'VRAM_PREFLIGHT_HEADROOM_MIB', kind: 'number', help: 'extra MiB each GPU must have free (default 0)' },
+  { key: 'contextMiB', flag: '--context-mib', env: 'VRAM_PREFLIGHT_CONTEXT_MIB', kind: 'number', help: "MiB vLLM takes of each GPU before its own check: auto (768 on one GPU, 1536 on several) or a number (default auto)" },
   { key: 'defaultUtilization', flag: '--default-utilization', env: 'VRAM_PREFLIGHT_DEFAULT_UTILIZATION', kind: 'number', help: 'utilization assumed when --gpu-memory-utilization is absent (default 0.9)' },
   { key: 'onNvidiaSmiUnavailable', flag: '--on-nvidia-smi-unavailable', env: 'VRAM_PREFLIGHT_ON_NVIDIA_SMI_UNAVAILABLE', kind: 'text', help: 'warn|fail: when nvidia-smi is missing or unreadable (default warn)' },
   { key: 'containerNames', flag: '--container-name', env: 'VRAM_PREFLIGHT_CONTAINER_NAMES', kind: 'list', help: 'only consider containers matching this name pattern (repeatable; env: comma list)' },

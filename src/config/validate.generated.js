@@ -3,7 +3,7 @@
 "use strict";
 export const validate = validate10;
 export default validate10;
-const schema11 = {"$schema":"http://json-schema.org/draft-07/schema#","$id":"https://github.com/vram-preflight/vram-preflight/config.schema.json","title":"vram-preflight configuration","description":"Options for vram-preflight. Every option can also be given as a flag (--timeout-seconds) or an environment variable (VRAM_PREFLIGHT_TIMEOUT_SECONDS); flags win over environment variables, which win over this file.","type":"object","additionalProperties":false,"properties":{"$schema":{"type":"string"},"timeoutSeconds":{"description":"How long the preflight waits for GPU memory before it fails the container, in seconds. Keep it above the slowest VRAM reclaim you have seen (about 40 s in the original incident) and below the container's startupProbe budget.","type":"integer","minimum":1,"maximum":86400,"default":300},"pollIntervalSeconds":{"description":"Seconds between nvidia-smi queries while waiting (0.01 to 60, at most 3 decimals).","type":"number","minimum":0.01,"maximum":60,"default":1},"logIntervalSeconds":{"description":"Seconds between progress lines while waiting.","type":"integer","minimum":1,"maximum":3600,"default":10},"headroomMiB":{"description":"MiB each GPU must have free on top of ceil(total x gpu-memory-utilization).","type":"integer","minimum":0,"maximum":1048576,"default":0},"defaultUtilization":{"description":"The utilization assumed when a container gives no --gpu-memory-utilization. vLLM's own default is 0.9 (0.92 in the newest releases); the lower value never makes the wait stricter than vLLM.","type":"number","exclusiveMinimum":0,"maximum":1,"default":0.9},"onNvidiaSmiUnavailable":{"description":"What the preflight does when nvidia-smi is missing, fails, or prints something that is not a number: warn and start vLLM anyway (what happens without vram-preflight), or fail the container.","enum":["warn","fail"],"default":"warn"},"nvidiaSmiTimeoutSeconds":{"description":"Seconds one nvidia-smi query may take. A query that takes longer is killed and counts as nvidia-smi unavailable (it hangs when the driver is wedged), which onNvidiaSmiUnavailable then handles. Keep it well under timeoutSeconds; it is cut to the time left near the end of the wait.","type":"integer","minimum":1,"maximum":600,"default":10},"fastParse":{"description":"on: documents written in the plain block YAML that charts render are read by vram-preflight's own narrow parser, which hands everything else to the yaml library (the same result, less start-up time). off: the yaml library reads every document. A switch for troubleshooting; the output is the same either way.","enum":["on","off"],"default":"on"},"containerNames":{"description":"Only containers whose name matches one of these patterns (`*` matches any run of characters) are considered. Empty or absent: every container.","type":"array","items":{"type":"string","minLength":1},"default":[]},"images":{"description":"Starts (ENTRYPOINT and CMD) of images that the built-in table cannot place. Entries here win over the table. Each entry either states the start (entrypoint, and cmd for containers without args) or borrows a table row with like: (a mirror or rebuild of a known image). `vram-preflight resolve IMAGE...` prints entries read from the registry.","type":"array","items":{"type":"object","additionalProperties":false,"required":["repository"],"properties":{"repository":{"description":"Repository path, with or without registry (e.g. registry.example.com/ml/vllm-custom).","type":"string","minLength":1},"tag":{"description":"Tag pattern (`*` matches any run of characters). Default: every tag.","type":"string","minLength":1,"default":"*"},"entrypoint":{"description":"The image's ENTRYPOINT, as a list ([] when it has none: a container's first args item is then the program).","type":"array","items":{"type":"string"},"minItems":0},"cmd":{"description":"The image's CMD, as a list ([] when it has none). Needed only for containers that give no args.","type":"array","items":{"type":"string"}},"digest":{"description":"Only the image pinned by this manifest digest (sha256:...), as `resolve` writes for digest-pinned images.","type":"string","pattern":"^sha256:[0-9a-f]{64}$"},"like":{"description":"Borrow the tag ranges of this built-in table repository (e.g. vllm/vllm-openai) for a mirror or rebuild under another name.","type":"string","minLength":1}},"oneOf":[{"required":["entrypoint"],"not":{"required":["like"]}},{"required":["like"],"not":{"anyOf":[{"required":["entrypoint"]},{"required":["cmd"]}]}}]},"default":[]},"diagnosticsFile":{"description":"A file that receives every warning and error of a run (Helm 4 discards a post-renderer's stderr). Overwritten on each run.","type":"string","minLength":1},"registryLookup":{"description":"When to read an image's ENTRYPOINT/CMD from its registry: missing (only what the config and the table cannot place), never (hermetic builds: refuse instead), always (the registry first).","enum":["missing","never","always"],"default":"missing"},"registryPlatform":{"description":"Platform whose image is read from a multi-platform index: os/architecture[/variant].","type":"string","pattern":"^[a-z0-9]+/[a-z0-9_]+(/[a-z0-9]+)?$","default":"linux/amd64"},"registryTimeoutSeconds":{"description":"Timeout of one registry request, in seconds; a lookup never holds helm for long.","type":"number","exclusiveMinimum":0,"maximum":60,"default":5},"cacheDir":{"description":"Directory for cached registry answers (default $XDG_CACHE_HOME/vram-preflight, else ~/.cache/vram-preflight). Unwritable: a warning, never a failure.","type":"string","minLength":1},"registryInsecure":{"description":"Registries (host or host:port) that may be reached over plain HTTP or with unverified TLS, as Docker's insecure-registries. Loopback registries always may.","type":"array","items":{"type":"string","minLength":1},"default":[]},"registryAllow":{"description":"Registries the webhook may look up, besides the public registries of the built-in image table (docker.io, ghcr.io, nvcr.io) and those named by images and registryInsecure: host, host:port, or *.domain for its subdomains. Hosts named here exactly (and in images and registryInsecure) may resolve to private addresses; any other lookup connects only to public ones. The post-renderer looks up any registry the render names.","type":"array","items":{"type":"string","pattern":"^(\\*\\.)?[A-Za-z0-9]([-A-Za-z0-9.]*[A-Za-z0-9])?(:[0-9]{1,5})?$|^\\[[0-9A-Fa-f:.]+\\](:[0-9]{1,5})?$"},"default":[]},"registryCaFile":{"description":"A PEM file of extra CA certificates trusted for registries (NODE_EXTRA_CA_CERTS works too).","type":"string","minLength":1},"reportFile":{"description":"A file that receives the JSON report of every run (ok or not), as `explain --output json` prints it (schema: report.schema.json). Overwritten on each run.","type":"string","minLength":1}}};
+const schema11 = {"$schema":"http://json-schema.org/draft-07/schema#","$id":"https://github.com/vram-preflight/vram-preflight/config.schema.json","title":"vram-preflight configuration","description":"Options for vram-preflight. Every option can also be given as a flag (--timeout-seconds) or an environment variable (VRAM_PREFLIGHT_TIMEOUT_SECONDS); flags win over environment variables, which win over this file.","type":"object","additionalProperties":false,"properties":{"$schema":{"type":"string"},"timeoutSeconds":{"description":"How long the preflight waits for GPU memory before it fails the container, in seconds. Keep it above the slowest VRAM reclaim you have seen (about 40 s in the original incident) and below the container's startupProbe budget.","type":"integer","minimum":1,"maximum":86400,"default":300},"pollIntervalSeconds":{"description":"Seconds between nvidia-smi queries while waiting (0.01 to 60, at most 3 decimals).","type":"number","minimum":0.01,"maximum":60,"default":1},"logIntervalSeconds":{"description":"Seconds between progress lines while waiting.","type":"integer","minimum":1,"maximum":3600,"default":10},"headroomMiB":{"description":"MiB each GPU must have free on top of what vLLM's check asks and contextMiB.","type":"integer","minimum":0,"maximum":1048576,"default":0},"contextMiB":{"description":"MiB of each GPU's free memory that vLLM's own process takes before its start-up check (its CUDA context; NCCL's buffers too on a multi-GPU engine). The wait needs vLLM's request, ceil((total - reserved) x gpu-memory-utilization), plus this, plus headroomMiB. auto: 768 where the container checks one GPU, 1536 where it checks several (measured on an H200: 525-620 MiB of context, 558 MiB more for NCCL; see docs/restart-race.md). A number overrides both.","oneOf":[{"const":"auto"},{"type":"integer","minimum":0,"maximum":65536}],"default":"auto"},"defaultUtilization":{"description":"The utilization assumed when a container gives no --gpu-memory-utilization. vLLM's own default is 0.9 (0.92 in the newest releases); the lower value never makes the wait stricter than vLLM.","type":"number","exclusiveMinimum":0,"maximum":1,"default":0.9},"onNvidiaSmiUnavailable":{"description":"What the preflight does when nvidia-smi is missing, fails, or prints something that is not a number: warn and start vLLM anyway (what happens without vram-preflight), or fail the container.","enum":["warn","fail"],"default":"warn"},"nvidiaSmiTimeoutSeconds":{"description":"Seconds one nvidia-smi query may take. A query that takes longer is killed and counts as nvidia-smi unavailable (it hangs when the driver is wedged), which onNvidiaSmiUnavailable then handles. Keep it well under timeoutSeconds; it is cut to the time left near the end of the wait.","type":"integer","minimum":1,"maximum":600,"default":10},"fastParse":{"description":"on: documents written in the plain block YAML that charts render are read by vram-preflight's own narrow parser, which hands everything else to the yaml library (the same result, less start-up time). off: the yaml library reads every document. A switch for troubleshooting; the output is the same either way.","enum":["on","off"],"default":"on"},"containerNames":{"description":"Only containers whose name matches one of these patterns (`*` matches any run of characters) are considered. Empty or absent: every container.","type":"array","items":{"type":"string","minLength":1},"default":[]},"images":{"description":"Starts (ENTRYPOINT and CMD) of images that the built-in table cannot place. Entries here win over the table. Each entry either states the start (entrypoint, and cmd for containers without args) or borrows a table row with like: (a mirror or rebuild of a known image). `vram-preflight resolve IMAGE...` prints entries read from the registry.","type":"array","items":{"type":"object","additionalProperties":false,"required":["repository"],"properties":{"repository":{"description":"Repository path, with or without registry (e.g. registry.example.com/ml/vllm-custom).","type":"string","minLength":1},"tag":{"description":"Tag pattern (`*` matches any run of characters). Default: every tag.","type":"string","minLength":1,"default":"*"},"entrypoint":{"description":"The image's ENTRYPOINT, as a list ([] when it has none: a container's first args item is then the program).","type":"array","items":{"type":"string"},"minItems":0},"cmd":{"description":"The image's CMD, as a list ([] when it has none). Needed only for containers that give no args.","type":"array","items":{"type":"string"}},"digest":{"description":"Only the image pinned by this manifest digest (sha256:...), as `resolve` writes for digest-pinned images.","type":"string","pattern":"^sha256:[0-9a-f]{64}$"},"like":{"description":"Borrow the tag ranges of this built-in table repository (e.g. vllm/vllm-openai) for a mirror or rebuild under another name.","type":"string","minLength":1}},"oneOf":[{"required":["entrypoint"],"not":{"required":["like"]}},{"required":["like"],"not":{"anyOf":[{"required":["entrypoint"]},{"required":["cmd"]}]}}]},"default":[]},"diagnosticsFile":{"description":"A file that receives every warning and error of a run (Helm 4 discards a post-renderer's stderr). Overwritten on each run.","type":"string","minLength":1},"registryLookup":{"description":"When to read an image's ENTRYPOINT/CMD from its registry: missing (only what the config and the table cannot place), never (hermetic builds: refuse instead), always (the registry first).","enum":["missing","never","always"],"default":"missing"},"registryPlatform":{"description":"Platform whose image is read from a multi-platform index: os/architecture[/variant].","type":"string","pattern":"^[a-z0-9]+/[a-z0-9_]+(/[a-z0-9]+)?$","default":"linux/amd64"},"registryTimeoutSeconds":{"description":"Timeout of one registry request, in seconds; a lookup never holds helm for long.","type":"number","exclusiveMinimum":0,"maximum":60,"default":5},"cacheDir":{"description":"Directory for cached registry answers (default $XDG_CACHE_HOME/vram-preflight, else ~/.cache/vram-preflight). Unwritable: a warning, never a failure.","type":"string","minLength":1},"registryInsecure":{"description":"Registries (host or host:port) that may be reached over plain HTTP or with unverified TLS, as Docker's insecure-registries. Loopback registries always may.","type":"array","items":{"type":"string","minLength":1},"default":[]},"registryAllow":{"description":"Registries the webhook may look up, besides the public registries of the built-in image table (docker.io, ghcr.io, nvcr.io) and those named by images and registryInsecure: host, host:port, or *.domain for its subdomains. Hosts named here exactly (and in images and registryInsecure) may resolve to private addresses; any other lookup connects only to public ones. The post-renderer looks up any registry the render names.","type":"array","items":{"type":"string","pattern":"^(\\*\\.)?[A-Za-z0-9]([-A-Za-z0-9.]*[A-Za-z0-9])?(:[0-9]{1,5})?$|^\\[[0-9A-Fa-f:.]+\\](:[0-9]{1,5})?$"},"default":[]},"registryCaFile":{"description":"A PEM file of extra CA certificates trusted for registries (NODE_EXTRA_CA_CERTS works too).","type":"string","minLength":1},"reportFile":{"description":"A file that receives the JSON report of every run (ok or not), as `explain --output json` prints it (schema: report.schema.json). Overwritten on each run.","type":"string","minLength":1}}};
 const func2 = Object.prototype.hasOwnProperty;
 const pattern0 = new RegExp("^sha256:[0-9a-f]{64}$", "u");
 const pattern1 = new RegExp("^[a-z0-9]+/[a-z0-9_]+(/[a-z0-9]+)?$", "u");
@@ -178,11 +178,14 @@ errors++;
 }
 }
 }
-if(data.defaultUtilization !== undefined){
-let data5 = data.defaultUtilization;
-if((typeof data5 == "number") && (isFinite(data5))){
-if(data5 > 1 || isNaN(data5)){
-const err14 = {instancePath:instancePath+"/defaultUtilization",schemaPath:"#/properties/defaultUtilization/maximum",keyword:"maximum",params:{comparison: "<=", limit: 1},message:"must be <= 1"};
+if(data.contextMiB !== undefined){
+let data5 = data.contextMiB;
+const _errs13 = errors;
+let valid1 = false;
+let passing0 = null;
+const _errs14 = errors;
+if("auto" !== data5){
+const err14 = {instancePath:instancePath+"/contextMiB",schemaPath:"#/properties/contextMiB/oneOf/0/const",keyword:"const",params:{allowedValue: "auto"},message:"must be equal to constant"};
 if(vErrors === null){
 vErrors = [err14];
 }
@@ -191,8 +194,14 @@ vErrors.push(err14);
 }
 errors++;
 }
-if(data5 <= 0 || isNaN(data5)){
-const err15 = {instancePath:instancePath+"/defaultUtilization",schemaPath:"#/properties/defaultUtilization/exclusiveMinimum",keyword:"exclusiveMinimum",params:{comparison: ">", limit: 0},message:"must be > 0"};
+var _valid0 = _errs14 === errors;
+if(_valid0){
+valid1 = true;
+passing0 = 0;
+}
+const _errs15 = errors;
+if(!(((typeof data5 == "number") && (!(data5 % 1) && !isNaN(data5))) && (isFinite(data5)))){
+const err15 = {instancePath:instancePath+"/contextMiB",schemaPath:"#/properties/contextMiB/oneOf/1/type",keyword:"type",params:{type: "integer"},message:"must be integer"};
 if(vErrors === null){
 vErrors = [err15];
 }
@@ -201,9 +210,9 @@ vErrors.push(err15);
 }
 errors++;
 }
-}
-else {
-const err16 = {instancePath:instancePath+"/defaultUtilization",schemaPath:"#/properties/defaultUtilization/type",keyword:"type",params:{type: "number"},message:"must be number"};
+if((typeof data5 == "number") && (isFinite(data5))){
+if(data5 > 65536 || isNaN(data5)){
+const err16 = {instancePath:instancePath+"/contextMiB",schemaPath:"#/properties/contextMiB/oneOf/1/maximum",keyword:"maximum",params:{comparison: "<=", limit: 65536},message:"must be <= 65536"};
 if(vErrors === null){
 vErrors = [err16];
 }
@@ -212,11 +221,8 @@ vErrors.push(err16);
 }
 errors++;
 }
-}
-if(data.onNvidiaSmiUnavailable !== undefined){
-let data6 = data.onNvidiaSmiUnavailable;
-if(!((data6 === "warn") || (data6 === "fail"))){
-const err17 = {instancePath:instancePath+"/onNvidiaSmiUnavailable",schemaPath:"#/properties/onNvidiaSmiUnavailable/enum",keyword:"enum",params:{allowedValues: schema11.properties.onNvidiaSmiUnavailable.enum},message:"must be equal to one of the allowed values"};
+if(data5 < 0 || isNaN(data5)){
+const err17 = {instancePath:instancePath+"/contextMiB",schemaPath:"#/properties/contextMiB/oneOf/1/minimum",keyword:"minimum",params:{comparison: ">=", limit: 0},message:"must be >= 0"};
 if(vErrors === null){
 vErrors = [err17];
 }
@@ -226,10 +232,19 @@ vErrors.push(err17);
 errors++;
 }
 }
-if(data.nvidiaSmiTimeoutSeconds !== undefined){
-let data7 = data.nvidiaSmiTimeoutSeconds;
-if(!(((typeof data7 == "number") && (!(data7 % 1) && !isNaN(data7))) && (isFinite(data7)))){
-const err18 = {instancePath:instancePath+"/nvidiaSmiTimeoutSeconds",schemaPath:"#/properties/nvidiaSmiTimeoutSeconds/type",keyword:"type",params:{type: "integer"},message:"must be integer"};
+var _valid0 = _errs15 === errors;
+if(_valid0 && valid1){
+valid1 = false;
+passing0 = [passing0, 1];
+}
+else {
+if(_valid0){
+valid1 = true;
+passing0 = 1;
+}
+}
+if(!valid1){
+const err18 = {instancePath:instancePath+"/contextMiB",schemaPath:"#/properties/contextMiB/oneOf",keyword:"oneOf",params:{passingSchemas: passing0},message:"must match exactly one schema in oneOf"};
 if(vErrors === null){
 vErrors = [err18];
 }
@@ -238,9 +253,23 @@ vErrors.push(err18);
 }
 errors++;
 }
-if((typeof data7 == "number") && (isFinite(data7))){
-if(data7 > 600 || isNaN(data7)){
-const err19 = {instancePath:instancePath+"/nvidiaSmiTimeoutSeconds",schemaPath:"#/properties/nvidiaSmiTimeoutSeconds/maximum",keyword:"maximum",params:{comparison: "<=", limit: 600},message:"must be <= 600"};
+else {
+errors = _errs13;
+if(vErrors !== null){
+if(_errs13){
+vErrors.length = _errs13;
+}
+else {
+vErrors = null;
+}
+}
+}
+}
+if(data.defaultUtilization !== undefined){
+let data6 = data.defaultUtilization;
+if((typeof data6 == "number") && (isFinite(data6))){
+if(data6 > 1 || isNaN(data6)){
+const err19 = {instancePath:instancePath+"/defaultUtilization",schemaPath:"#/properties/defaultUtilization/maximum",keyword:"maximum",params:{comparison: "<=", limit: 1},message:"must be <= 1"};
 if(vErrors === null){
 vErrors = [err19];
 }
@@ -249,8 +278,8 @@ vErrors.push(err19);
 }
 errors++;
 }
-if(data7 < 1 || isNaN(data7)){
-const err20 = {instancePath:instancePath+"/nvidiaSmiTimeoutSeconds",schemaPath:"#/properties/nvidiaSmiTimeoutSeconds/minimum",keyword:"minimum",params:{comparison: ">=", limit: 1},message:"must be >= 1"};
+if(data6 <= 0 || isNaN(data6)){
+const err20 = {instancePath:instancePath+"/defaultUtilization",schemaPath:"#/properties/defaultUtilization/exclusiveMinimum",keyword:"exclusiveMinimum",params:{comparison: ">", limit: 0},message:"must be > 0"};
 if(vErrors === null){
 vErrors = [err20];
 }
@@ -260,11 +289,8 @@ vErrors.push(err20);
 errors++;
 }
 }
-}
-if(data.fastParse !== undefined){
-let data8 = data.fastParse;
-if(!((data8 === "on") || (data8 === "off"))){
-const err21 = {instancePath:instancePath+"/fastParse",schemaPath:"#/properties/fastParse/enum",keyword:"enum",params:{allowedValues: schema11.properties.fastParse.enum},message:"must be equal to one of the allowed values"};
+else {
+const err21 = {instancePath:instancePath+"/defaultUtilization",schemaPath:"#/properties/defaultUtilization/type",keyword:"type",params:{type: "number"},message:"must be number"};
 if(vErrors === null){
 vErrors = [err21];
 }
@@ -274,15 +300,10 @@ vErrors.push(err21);
 errors++;
 }
 }
-if(data.containerNames !== undefined){
-let data9 = data.containerNames;
-if(Array.isArray(data9)){
-const len0 = data9.length;
-for(let i0=0; i0<len0; i0++){
-let data10 = data9[i0];
-if(typeof data10 === "string"){
-if(data10.length < 1){
-const err22 = {instancePath:instancePath+"/containerNames/" + i0,schemaPath:"#/properties/containerNames/items/minLength",keyword:"minLength",params:{limit: 1},message:"must NOT have fewer than 1 characters"};
+if(data.onNvidiaSmiUnavailable !== undefined){
+let data7 = data.onNvidiaSmiUnavailable;
+if(!((data7 === "warn") || (data7 === "fail"))){
+const err22 = {instancePath:instancePath+"/onNvidiaSmiUnavailable",schemaPath:"#/properties/onNvidiaSmiUnavailable/enum",keyword:"enum",params:{allowedValues: schema11.properties.onNvidiaSmiUnavailable.enum},message:"must be equal to one of the allowed values"};
 if(vErrors === null){
 vErrors = [err22];
 }
@@ -292,8 +313,10 @@ vErrors.push(err22);
 errors++;
 }
 }
-else {
-const err23 = {instancePath:instancePath+"/containerNames/" + i0,schemaPath:"#/properties/containerNames/items/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(data.nvidiaSmiTimeoutSeconds !== undefined){
+let data8 = data.nvidiaSmiTimeoutSeconds;
+if(!(((typeof data8 == "number") && (!(data8 % 1) && !isNaN(data8))) && (isFinite(data8)))){
+const err23 = {instancePath:instancePath+"/nvidiaSmiTimeoutSeconds",schemaPath:"#/properties/nvidiaSmiTimeoutSeconds/type",keyword:"type",params:{type: "integer"},message:"must be integer"};
 if(vErrors === null){
 vErrors = [err23];
 }
@@ -302,10 +325,9 @@ vErrors.push(err23);
 }
 errors++;
 }
-}
-}
-else {
-const err24 = {instancePath:instancePath+"/containerNames",schemaPath:"#/properties/containerNames/type",keyword:"type",params:{type: "array"},message:"must be array"};
+if((typeof data8 == "number") && (isFinite(data8))){
+if(data8 > 600 || isNaN(data8)){
+const err24 = {instancePath:instancePath+"/nvidiaSmiTimeoutSeconds",schemaPath:"#/properties/nvidiaSmiTimeoutSeconds/maximum",keyword:"maximum",params:{comparison: "<=", limit: 600},message:"must be <= 600"};
 if(vErrors === null){
 vErrors = [err24];
 }
@@ -314,23 +336,8 @@ vErrors.push(err24);
 }
 errors++;
 }
-}
-if(data.images !== undefined){
-let data11 = data.images;
-if(Array.isArray(data11)){
-const len1 = data11.length;
-for(let i1=0; i1<len1; i1++){
-let data12 = data11[i1];
-const _errs26 = errors;
-let valid5 = false;
-let passing0 = null;
-const _errs27 = errors;
-const _errs28 = errors;
-const _errs29 = errors;
-if(data12 && typeof data12 == "object" && !Array.isArray(data12)){
-let missing0;
-if((data12.like === undefined) && (missing0 = "like")){
-const err25 = {};
+if(data8 < 1 || isNaN(data8)){
+const err25 = {instancePath:instancePath+"/nvidiaSmiTimeoutSeconds",schemaPath:"#/properties/nvidiaSmiTimeoutSeconds/minimum",keyword:"minimum",params:{comparison: ">=", limit: 1},message:"must be >= 1"};
 if(vErrors === null){
 vErrors = [err25];
 }
@@ -340,9 +347,11 @@ vErrors.push(err25);
 errors++;
 }
 }
-var valid6 = _errs29 === errors;
-if(valid6){
-const err26 = {instancePath:instancePath+"/images/" + i1,schemaPath:"#/properties/images/items/oneOf/0/not",keyword:"not",params:{},message:"must NOT be valid"};
+}
+if(data.fastParse !== undefined){
+let data9 = data.fastParse;
+if(!((data9 === "on") || (data9 === "off"))){
+const err26 = {instancePath:instancePath+"/fastParse",schemaPath:"#/properties/fastParse/enum",keyword:"enum",params:{allowedValues: schema11.properties.fastParse.enum},message:"must be equal to one of the allowed values"};
 if(vErrors === null){
 vErrors = [err26];
 }
@@ -351,20 +360,16 @@ vErrors.push(err26);
 }
 errors++;
 }
-else {
-errors = _errs28;
-if(vErrors !== null){
-if(_errs28){
-vErrors.length = _errs28;
 }
-else {
-vErrors = null;
-}
-}
-}
-if(data12 && typeof data12 == "object" && !Array.isArray(data12)){
-if(data12.entrypoint === undefined){
-const err27 = {instancePath:instancePath+"/images/" + i1,schemaPath:"#/properties/images/items/oneOf/0/required",keyword:"required",params:{missingProperty: "entrypoint"},message:"must have required property '"+"entrypoint"+"'"};
+if(data.containerNames !== undefined){
+let data10 = data.containerNames;
+if(Array.isArray(data10)){
+const len0 = data10.length;
+for(let i0=0; i0<len0; i0++){
+let data11 = data10[i0];
+if(typeof data11 === "string"){
+if(data11.length < 1){
+const err27 = {instancePath:instancePath+"/containerNames/" + i0,schemaPath:"#/properties/containerNames/items/minLength",keyword:"minLength",params:{limit: 1},message:"must NOT have fewer than 1 characters"};
 if(vErrors === null){
 vErrors = [err27];
 }
@@ -374,21 +379,8 @@ vErrors.push(err27);
 errors++;
 }
 }
-var _valid0 = _errs27 === errors;
-if(_valid0){
-valid5 = true;
-passing0 = 0;
-}
-const _errs30 = errors;
-const _errs31 = errors;
-const _errs32 = errors;
-const _errs33 = errors;
-let valid8 = false;
-const _errs34 = errors;
-if(data12 && typeof data12 == "object" && !Array.isArray(data12)){
-let missing1;
-if((data12.entrypoint === undefined) && (missing1 = "entrypoint")){
-const err28 = {};
+else {
+const err28 = {instancePath:instancePath+"/containerNames/" + i0,schemaPath:"#/properties/containerNames/items/type",keyword:"type",params:{type: "string"},message:"must be string"};
 if(vErrors === null){
 vErrors = [err28];
 }
@@ -398,14 +390,9 @@ vErrors.push(err28);
 errors++;
 }
 }
-var _valid1 = _errs34 === errors;
-valid8 = valid8 || _valid1;
-if(!valid8){
-const _errs35 = errors;
-if(data12 && typeof data12 == "object" && !Array.isArray(data12)){
-let missing2;
-if((data12.cmd === undefined) && (missing2 = "cmd")){
-const err29 = {};
+}
+else {
+const err29 = {instancePath:instancePath+"/containerNames",schemaPath:"#/properties/containerNames/type",keyword:"type",params:{type: "array"},message:"must be array"};
 if(vErrors === null){
 vErrors = [err29];
 }
@@ -415,16 +402,39 @@ vErrors.push(err29);
 errors++;
 }
 }
-var _valid1 = _errs35 === errors;
-valid8 = valid8 || _valid1;
-}
-if(!valid8){
+if(data.images !== undefined){
+let data12 = data.images;
+if(Array.isArray(data12)){
+const len1 = data12.length;
+for(let i1=0; i1<len1; i1++){
+let data13 = data12[i1];
+const _errs31 = errors;
+let valid6 = false;
+let passing1 = null;
+const _errs32 = errors;
+const _errs33 = errors;
+const _errs34 = errors;
+if(data13 && typeof data13 == "object" && !Array.isArray(data13)){
+let missing0;
+if((data13.like === undefined) && (missing0 = "like")){
 const err30 = {};
 if(vErrors === null){
 vErrors = [err30];
 }
 else {
 vErrors.push(err30);
+}
+errors++;
+}
+}
+var valid7 = _errs34 === errors;
+if(valid7){
+const err31 = {instancePath:instancePath+"/images/" + i1,schemaPath:"#/properties/images/items/oneOf/0/not",keyword:"not",params:{},message:"must NOT be valid"};
+if(vErrors === null){
+vErrors = [err31];
+}
+else {
+vErrors.push(err31);
 }
 errors++;
 }
@@ -439,14 +449,135 @@ vErrors = null;
 }
 }
 }
-var valid7 = _errs32 === errors;
-if(valid7){
-const err31 = {instancePath:instancePath+"/images/" + i1,schemaPath:"#/properties/images/items/oneOf/1/not",keyword:"not",params:{},message:"must NOT be valid"};
+if(data13 && typeof data13 == "object" && !Array.isArray(data13)){
+if(data13.entrypoint === undefined){
+const err32 = {instancePath:instancePath+"/images/" + i1,schemaPath:"#/properties/images/items/oneOf/0/required",keyword:"required",params:{missingProperty: "entrypoint"},message:"must have required property '"+"entrypoint"+"'"};
 if(vErrors === null){
-vErrors = [err31];
+vErrors = [err32];
 }
 else {
-vErrors.push(err31);
+vErrors.push(err32);
+}
+errors++;
+}
+}
+var _valid1 = _errs32 === errors;
+if(_valid1){
+valid6 = true;
+passing1 = 0;
+}
+const _errs35 = errors;
+const _errs36 = errors;
+const _errs37 = errors;
+const _errs38 = errors;
+let valid9 = false;
+const _errs39 = errors;
+if(data13 && typeof data13 == "object" && !Array.isArray(data13)){
+let missing1;
+if((data13.entrypoint === undefined) && (missing1 = "entrypoint")){
+const err33 = {};
+if(vErrors === null){
+vErrors = [err33];
+}
+else {
+vErrors.push(err33);
+}
+errors++;
+}
+}
+var _valid2 = _errs39 === errors;
+valid9 = valid9 || _valid2;
+if(!valid9){
+const _errs40 = errors;
+if(data13 && typeof data13 == "object" && !Array.isArray(data13)){
+let missing2;
+if((data13.cmd === undefined) && (missing2 = "cmd")){
+const err34 = {};
+if(vErrors === null){
+vErrors = [err34];
+}
+else {
+vErrors.push(err34);
+}
+errors++;
+}
+}
+var _valid2 = _errs40 === errors;
+valid9 = valid9 || _valid2;
+}
+if(!valid9){
+const err35 = {};
+if(vErrors === null){
+vErrors = [err35];
+}
+else {
+vErrors.push(err35);
+}
+errors++;
+}
+else {
+errors = _errs38;
+if(vErrors !== null){
+if(_errs38){
+vErrors.length = _errs38;
+}
+else {
+vErrors = null;
+}
+}
+}
+var valid8 = _errs37 === errors;
+if(valid8){
+const err36 = {instancePath:instancePath+"/images/" + i1,schemaPath:"#/properties/images/items/oneOf/1/not",keyword:"not",params:{},message:"must NOT be valid"};
+if(vErrors === null){
+vErrors = [err36];
+}
+else {
+vErrors.push(err36);
+}
+errors++;
+}
+else {
+errors = _errs36;
+if(vErrors !== null){
+if(_errs36){
+vErrors.length = _errs36;
+}
+else {
+vErrors = null;
+}
+}
+}
+if(data13 && typeof data13 == "object" && !Array.isArray(data13)){
+if(data13.like === undefined){
+const err37 = {instancePath:instancePath+"/images/" + i1,schemaPath:"#/properties/images/items/oneOf/1/required",keyword:"required",params:{missingProperty: "like"},message:"must have required property '"+"like"+"'"};
+if(vErrors === null){
+vErrors = [err37];
+}
+else {
+vErrors.push(err37);
+}
+errors++;
+}
+}
+var _valid1 = _errs35 === errors;
+if(_valid1 && valid6){
+valid6 = false;
+passing1 = [passing1, 1];
+}
+else {
+if(_valid1){
+valid6 = true;
+passing1 = 1;
+}
+}
+if(!valid6){
+const err38 = {instancePath:instancePath+"/images/" + i1,schemaPath:"#/properties/images/items/oneOf",keyword:"oneOf",params:{passingSchemas: passing1},message:"must match exactly one schema in oneOf"};
+if(vErrors === null){
+vErrors = [err38];
+}
+else {
+vErrors.push(err38);
 }
 errors++;
 }
@@ -461,114 +592,9 @@ vErrors = null;
 }
 }
 }
-if(data12 && typeof data12 == "object" && !Array.isArray(data12)){
-if(data12.like === undefined){
-const err32 = {instancePath:instancePath+"/images/" + i1,schemaPath:"#/properties/images/items/oneOf/1/required",keyword:"required",params:{missingProperty: "like"},message:"must have required property '"+"like"+"'"};
-if(vErrors === null){
-vErrors = [err32];
-}
-else {
-vErrors.push(err32);
-}
-errors++;
-}
-}
-var _valid0 = _errs30 === errors;
-if(_valid0 && valid5){
-valid5 = false;
-passing0 = [passing0, 1];
-}
-else {
-if(_valid0){
-valid5 = true;
-passing0 = 1;
-}
-}
-if(!valid5){
-const err33 = {instancePath:instancePath+"/images/" + i1,schemaPath:"#/properties/images/items/oneOf",keyword:"oneOf",params:{passingSchemas: passing0},message:"must match exactly one schema in oneOf"};
-if(vErrors === null){
-vErrors = [err33];
-}
-else {
-vErrors.push(err33);
-}
-errors++;
-}
-else {
-errors = _errs26;
-if(vErrors !== null){
-if(_errs26){
-vErrors.length = _errs26;
-}
-else {
-vErrors = null;
-}
-}
-}
-if(data12 && typeof data12 == "object" && !Array.isArray(data12)){
-if(data12.repository === undefined){
-const err34 = {instancePath:instancePath+"/images/" + i1,schemaPath:"#/properties/images/items/required",keyword:"required",params:{missingProperty: "repository"},message:"must have required property '"+"repository"+"'"};
-if(vErrors === null){
-vErrors = [err34];
-}
-else {
-vErrors.push(err34);
-}
-errors++;
-}
-for(const key1 in data12){
-if(!((((((key1 === "repository") || (key1 === "tag")) || (key1 === "entrypoint")) || (key1 === "cmd")) || (key1 === "digest")) || (key1 === "like"))){
-const err35 = {instancePath:instancePath+"/images/" + i1,schemaPath:"#/properties/images/items/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key1},message:"must NOT have additional properties"};
-if(vErrors === null){
-vErrors = [err35];
-}
-else {
-vErrors.push(err35);
-}
-errors++;
-}
-}
-if(data12.repository !== undefined){
-let data13 = data12.repository;
-if(typeof data13 === "string"){
-if(data13.length < 1){
-const err36 = {instancePath:instancePath+"/images/" + i1+"/repository",schemaPath:"#/properties/images/items/properties/repository/minLength",keyword:"minLength",params:{limit: 1},message:"must NOT have fewer than 1 characters"};
-if(vErrors === null){
-vErrors = [err36];
-}
-else {
-vErrors.push(err36);
-}
-errors++;
-}
-}
-else {
-const err37 = {instancePath:instancePath+"/images/" + i1+"/repository",schemaPath:"#/properties/images/items/properties/repository/type",keyword:"type",params:{type: "string"},message:"must be string"};
-if(vErrors === null){
-vErrors = [err37];
-}
-else {
-vErrors.push(err37);
-}
-errors++;
-}
-}
-if(data12.tag !== undefined){
-let data14 = data12.tag;
-if(typeof data14 === "string"){
-if(data14.length < 1){
-const err38 = {instancePath:instancePath+"/images/" + i1+"/tag",schemaPath:"#/properties/images/items/properties/tag/minLength",keyword:"minLength",params:{limit: 1},message:"must NOT have fewer than 1 characters"};
-if(vErrors === null){
-vErrors = [err38];
-}
-else {
-vErrors.push(err38);
-}
-errors++;
-}
-}
-else {
-const err39 = {instancePath:instancePath+"/images/" + i1+"/tag",schemaPath:"#/properties/images/items/properties/tag/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(data13 && typeof data13 == "object" && !Array.isArray(data13)){
+if(data13.repository === undefined){
+const err39 = {instancePath:instancePath+"/images/" + i1,schemaPath:"#/properties/images/items/required",keyword:"required",params:{missingProperty: "repository"},message:"must have required property '"+"repository"+"'"};
 if(vErrors === null){
 vErrors = [err39];
 }
@@ -577,12 +603,9 @@ vErrors.push(err39);
 }
 errors++;
 }
-}
-if(data12.entrypoint !== undefined){
-let data15 = data12.entrypoint;
-if(Array.isArray(data15)){
-if(data15.length < 0){
-const err40 = {instancePath:instancePath+"/images/" + i1+"/entrypoint",schemaPath:"#/properties/images/items/properties/entrypoint/minItems",keyword:"minItems",params:{limit: 0},message:"must NOT have fewer than 0 items"};
+for(const key1 in data13){
+if(!((((((key1 === "repository") || (key1 === "tag")) || (key1 === "entrypoint")) || (key1 === "cmd")) || (key1 === "digest")) || (key1 === "like"))){
+const err40 = {instancePath:instancePath+"/images/" + i1,schemaPath:"#/properties/images/items/additionalProperties",keyword:"additionalProperties",params:{additionalProperty: key1},message:"must NOT have additional properties"};
 if(vErrors === null){
 vErrors = [err40];
 }
@@ -591,10 +614,12 @@ vErrors.push(err40);
 }
 errors++;
 }
-const len2 = data15.length;
-for(let i2=0; i2<len2; i2++){
-if(typeof data15[i2] !== "string"){
-const err41 = {instancePath:instancePath+"/images/" + i1+"/entrypoint/" + i2,schemaPath:"#/properties/images/items/properties/entrypoint/items/type",keyword:"type",params:{type: "string"},message:"must be string"};
+}
+if(data13.repository !== undefined){
+let data14 = data13.repository;
+if(typeof data14 === "string"){
+if(data14.length < 1){
+const err41 = {instancePath:instancePath+"/images/" + i1+"/repository",schemaPath:"#/properties/images/items/properties/repository/minLength",keyword:"minLength",params:{limit: 1},message:"must NOT have fewer than 1 characters"};
 if(vErrors === null){
 vErrors = [err41];
 }
@@ -604,9 +629,8 @@ vErrors.push(err41);
 errors++;
 }
 }
-}
 else {
-const err42 = {instancePath:instancePath+"/images/" + i1+"/entrypoint",schemaPath:"#/properties/images/items/properties/entrypoint/type",keyword:"type",params:{type: "array"},message:"must be array"};
+const err42 = {instancePath:instancePath+"/images/" + i1+"/repository",schemaPath:"#/properties/images/items/properties/repository/type",keyword:"type",params:{type: "string"},message:"must be string"};
 if(vErrors === null){
 vErrors = [err42];
 }
@@ -616,13 +640,11 @@ vErrors.push(err42);
 errors++;
 }
 }
-if(data12.cmd !== undefined){
-let data17 = data12.cmd;
-if(Array.isArray(data17)){
-const len3 = data17.length;
-for(let i3=0; i3<len3; i3++){
-if(typeof data17[i3] !== "string"){
-const err43 = {instancePath:instancePath+"/images/" + i1+"/cmd/" + i3,schemaPath:"#/properties/images/items/properties/cmd/items/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(data13.tag !== undefined){
+let data15 = data13.tag;
+if(typeof data15 === "string"){
+if(data15.length < 1){
+const err43 = {instancePath:instancePath+"/images/" + i1+"/tag",schemaPath:"#/properties/images/items/properties/tag/minLength",keyword:"minLength",params:{limit: 1},message:"must NOT have fewer than 1 characters"};
 if(vErrors === null){
 vErrors = [err43];
 }
@@ -632,9 +654,8 @@ vErrors.push(err43);
 errors++;
 }
 }
-}
 else {
-const err44 = {instancePath:instancePath+"/images/" + i1+"/cmd",schemaPath:"#/properties/images/items/properties/cmd/type",keyword:"type",params:{type: "array"},message:"must be array"};
+const err44 = {instancePath:instancePath+"/images/" + i1+"/tag",schemaPath:"#/properties/images/items/properties/tag/type",keyword:"type",params:{type: "string"},message:"must be string"};
 if(vErrors === null){
 vErrors = [err44];
 }
@@ -644,11 +665,11 @@ vErrors.push(err44);
 errors++;
 }
 }
-if(data12.digest !== undefined){
-let data19 = data12.digest;
-if(typeof data19 === "string"){
-if(!pattern0.test(data19)){
-const err45 = {instancePath:instancePath+"/images/" + i1+"/digest",schemaPath:"#/properties/images/items/properties/digest/pattern",keyword:"pattern",params:{pattern: "^sha256:[0-9a-f]{64}$"},message:"must match pattern \""+"^sha256:[0-9a-f]{64}$"+"\""};
+if(data13.entrypoint !== undefined){
+let data16 = data13.entrypoint;
+if(Array.isArray(data16)){
+if(data16.length < 0){
+const err45 = {instancePath:instancePath+"/images/" + i1+"/entrypoint",schemaPath:"#/properties/images/items/properties/entrypoint/minItems",keyword:"minItems",params:{limit: 0},message:"must NOT have fewer than 0 items"};
 if(vErrors === null){
 vErrors = [err45];
 }
@@ -657,9 +678,10 @@ vErrors.push(err45);
 }
 errors++;
 }
-}
-else {
-const err46 = {instancePath:instancePath+"/images/" + i1+"/digest",schemaPath:"#/properties/images/items/properties/digest/type",keyword:"type",params:{type: "string"},message:"must be string"};
+const len2 = data16.length;
+for(let i2=0; i2<len2; i2++){
+if(typeof data16[i2] !== "string"){
+const err46 = {instancePath:instancePath+"/images/" + i1+"/entrypoint/" + i2,schemaPath:"#/properties/images/items/properties/entrypoint/items/type",keyword:"type",params:{type: "string"},message:"must be string"};
 if(vErrors === null){
 vErrors = [err46];
 }
@@ -669,11 +691,9 @@ vErrors.push(err46);
 errors++;
 }
 }
-if(data12.like !== undefined){
-let data20 = data12.like;
-if(typeof data20 === "string"){
-if(data20.length < 1){
-const err47 = {instancePath:instancePath+"/images/" + i1+"/like",schemaPath:"#/properties/images/items/properties/like/minLength",keyword:"minLength",params:{limit: 1},message:"must NOT have fewer than 1 characters"};
+}
+else {
+const err47 = {instancePath:instancePath+"/images/" + i1+"/entrypoint",schemaPath:"#/properties/images/items/properties/entrypoint/type",keyword:"type",params:{type: "array"},message:"must be array"};
 if(vErrors === null){
 vErrors = [err47];
 }
@@ -683,8 +703,13 @@ vErrors.push(err47);
 errors++;
 }
 }
-else {
-const err48 = {instancePath:instancePath+"/images/" + i1+"/like",schemaPath:"#/properties/images/items/properties/like/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(data13.cmd !== undefined){
+let data18 = data13.cmd;
+if(Array.isArray(data18)){
+const len3 = data18.length;
+for(let i3=0; i3<len3; i3++){
+if(typeof data18[i3] !== "string"){
+const err48 = {instancePath:instancePath+"/images/" + i1+"/cmd/" + i3,schemaPath:"#/properties/images/items/properties/cmd/items/type",keyword:"type",params:{type: "string"},message:"must be string"};
 if(vErrors === null){
 vErrors = [err48];
 }
@@ -696,7 +721,7 @@ errors++;
 }
 }
 else {
-const err49 = {instancePath:instancePath+"/images/" + i1,schemaPath:"#/properties/images/items/type",keyword:"type",params:{type: "object"},message:"must be object"};
+const err49 = {instancePath:instancePath+"/images/" + i1+"/cmd",schemaPath:"#/properties/images/items/properties/cmd/type",keyword:"type",params:{type: "array"},message:"must be array"};
 if(vErrors === null){
 vErrors = [err49];
 }
@@ -706,9 +731,11 @@ vErrors.push(err49);
 errors++;
 }
 }
-}
-else {
-const err50 = {instancePath:instancePath+"/images",schemaPath:"#/properties/images/type",keyword:"type",params:{type: "array"},message:"must be array"};
+if(data13.digest !== undefined){
+let data20 = data13.digest;
+if(typeof data20 === "string"){
+if(!pattern0.test(data20)){
+const err50 = {instancePath:instancePath+"/images/" + i1+"/digest",schemaPath:"#/properties/images/items/properties/digest/pattern",keyword:"pattern",params:{pattern: "^sha256:[0-9a-f]{64}$"},message:"must match pattern \""+"^sha256:[0-9a-f]{64}$"+"\""};
 if(vErrors === null){
 vErrors = [err50];
 }
@@ -718,11 +745,8 @@ vErrors.push(err50);
 errors++;
 }
 }
-if(data.diagnosticsFile !== undefined){
-let data21 = data.diagnosticsFile;
-if(typeof data21 === "string"){
-if(data21.length < 1){
-const err51 = {instancePath:instancePath+"/diagnosticsFile",schemaPath:"#/properties/diagnosticsFile/minLength",keyword:"minLength",params:{limit: 1},message:"must NOT have fewer than 1 characters"};
+else {
+const err51 = {instancePath:instancePath+"/images/" + i1+"/digest",schemaPath:"#/properties/images/items/properties/digest/type",keyword:"type",params:{type: "string"},message:"must be string"};
 if(vErrors === null){
 vErrors = [err51];
 }
@@ -732,8 +756,11 @@ vErrors.push(err51);
 errors++;
 }
 }
-else {
-const err52 = {instancePath:instancePath+"/diagnosticsFile",schemaPath:"#/properties/diagnosticsFile/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(data13.like !== undefined){
+let data21 = data13.like;
+if(typeof data21 === "string"){
+if(data21.length < 1){
+const err52 = {instancePath:instancePath+"/images/" + i1+"/like",schemaPath:"#/properties/images/items/properties/like/minLength",keyword:"minLength",params:{limit: 1},message:"must NOT have fewer than 1 characters"};
 if(vErrors === null){
 vErrors = [err52];
 }
@@ -743,10 +770,8 @@ vErrors.push(err52);
 errors++;
 }
 }
-if(data.registryLookup !== undefined){
-let data22 = data.registryLookup;
-if(!(((data22 === "missing") || (data22 === "never")) || (data22 === "always"))){
-const err53 = {instancePath:instancePath+"/registryLookup",schemaPath:"#/properties/registryLookup/enum",keyword:"enum",params:{allowedValues: schema11.properties.registryLookup.enum},message:"must be equal to one of the allowed values"};
+else {
+const err53 = {instancePath:instancePath+"/images/" + i1+"/like",schemaPath:"#/properties/images/items/properties/like/type",keyword:"type",params:{type: "string"},message:"must be string"};
 if(vErrors === null){
 vErrors = [err53];
 }
@@ -756,11 +781,9 @@ vErrors.push(err53);
 errors++;
 }
 }
-if(data.registryPlatform !== undefined){
-let data23 = data.registryPlatform;
-if(typeof data23 === "string"){
-if(!pattern1.test(data23)){
-const err54 = {instancePath:instancePath+"/registryPlatform",schemaPath:"#/properties/registryPlatform/pattern",keyword:"pattern",params:{pattern: "^[a-z0-9]+/[a-z0-9_]+(/[a-z0-9]+)?$"},message:"must match pattern \""+"^[a-z0-9]+/[a-z0-9_]+(/[a-z0-9]+)?$"+"\""};
+}
+else {
+const err54 = {instancePath:instancePath+"/images/" + i1,schemaPath:"#/properties/images/items/type",keyword:"type",params:{type: "object"},message:"must be object"};
 if(vErrors === null){
 vErrors = [err54];
 }
@@ -770,8 +793,9 @@ vErrors.push(err54);
 errors++;
 }
 }
+}
 else {
-const err55 = {instancePath:instancePath+"/registryPlatform",schemaPath:"#/properties/registryPlatform/type",keyword:"type",params:{type: "string"},message:"must be string"};
+const err55 = {instancePath:instancePath+"/images",schemaPath:"#/properties/images/type",keyword:"type",params:{type: "array"},message:"must be array"};
 if(vErrors === null){
 vErrors = [err55];
 }
@@ -781,11 +805,11 @@ vErrors.push(err55);
 errors++;
 }
 }
-if(data.registryTimeoutSeconds !== undefined){
-let data24 = data.registryTimeoutSeconds;
-if((typeof data24 == "number") && (isFinite(data24))){
-if(data24 > 60 || isNaN(data24)){
-const err56 = {instancePath:instancePath+"/registryTimeoutSeconds",schemaPath:"#/properties/registryTimeoutSeconds/maximum",keyword:"maximum",params:{comparison: "<=", limit: 60},message:"must be <= 60"};
+if(data.diagnosticsFile !== undefined){
+let data22 = data.diagnosticsFile;
+if(typeof data22 === "string"){
+if(data22.length < 1){
+const err56 = {instancePath:instancePath+"/diagnosticsFile",schemaPath:"#/properties/diagnosticsFile/minLength",keyword:"minLength",params:{limit: 1},message:"must NOT have fewer than 1 characters"};
 if(vErrors === null){
 vErrors = [err56];
 }
@@ -794,8 +818,9 @@ vErrors.push(err56);
 }
 errors++;
 }
-if(data24 <= 0 || isNaN(data24)){
-const err57 = {instancePath:instancePath+"/registryTimeoutSeconds",schemaPath:"#/properties/registryTimeoutSeconds/exclusiveMinimum",keyword:"exclusiveMinimum",params:{comparison: ">", limit: 0},message:"must be > 0"};
+}
+else {
+const err57 = {instancePath:instancePath+"/diagnosticsFile",schemaPath:"#/properties/diagnosticsFile/type",keyword:"type",params:{type: "string"},message:"must be string"};
 if(vErrors === null){
 vErrors = [err57];
 }
@@ -805,8 +830,10 @@ vErrors.push(err57);
 errors++;
 }
 }
-else {
-const err58 = {instancePath:instancePath+"/registryTimeoutSeconds",schemaPath:"#/properties/registryTimeoutSeconds/type",keyword:"type",params:{type: "number"},message:"must be number"};
+if(data.registryLookup !== undefined){
+let data23 = data.registryLookup;
+if(!(((data23 === "missing") || (data23 === "never")) || (data23 === "always"))){
+const err58 = {instancePath:instancePath+"/registryLookup",schemaPath:"#/properties/registryLookup/enum",keyword:"enum",params:{allowedValues: schema11.properties.registryLookup.enum},message:"must be equal to one of the allowed values"};
 if(vErrors === null){
 vErrors = [err58];
 }
@@ -816,11 +843,11 @@ vErrors.push(err58);
 errors++;
 }
 }
-if(data.cacheDir !== undefined){
-let data25 = data.cacheDir;
-if(typeof data25 === "string"){
-if(data25.length < 1){
-const err59 = {instancePath:instancePath+"/cacheDir",schemaPath:"#/properties/cacheDir/minLength",keyword:"minLength",params:{limit: 1},message:"must NOT have fewer than 1 characters"};
+if(data.registryPlatform !== undefined){
+let data24 = data.registryPlatform;
+if(typeof data24 === "string"){
+if(!pattern1.test(data24)){
+const err59 = {instancePath:instancePath+"/registryPlatform",schemaPath:"#/properties/registryPlatform/pattern",keyword:"pattern",params:{pattern: "^[a-z0-9]+/[a-z0-9_]+(/[a-z0-9]+)?$"},message:"must match pattern \""+"^[a-z0-9]+/[a-z0-9_]+(/[a-z0-9]+)?$"+"\""};
 if(vErrors === null){
 vErrors = [err59];
 }
@@ -831,7 +858,7 @@ errors++;
 }
 }
 else {
-const err60 = {instancePath:instancePath+"/cacheDir",schemaPath:"#/properties/cacheDir/type",keyword:"type",params:{type: "string"},message:"must be string"};
+const err60 = {instancePath:instancePath+"/registryPlatform",schemaPath:"#/properties/registryPlatform/type",keyword:"type",params:{type: "string"},message:"must be string"};
 if(vErrors === null){
 vErrors = [err60];
 }
@@ -841,15 +868,11 @@ vErrors.push(err60);
 errors++;
 }
 }
-if(data.registryInsecure !== undefined){
-let data26 = data.registryInsecure;
-if(Array.isArray(data26)){
-const len4 = data26.length;
-for(let i4=0; i4<len4; i4++){
-let data27 = data26[i4];
-if(typeof data27 === "string"){
-if(data27.length < 1){
-const err61 = {instancePath:instancePath+"/registryInsecure/" + i4,schemaPath:"#/properties/registryInsecure/items/minLength",keyword:"minLength",params:{limit: 1},message:"must NOT have fewer than 1 characters"};
+if(data.registryTimeoutSeconds !== undefined){
+let data25 = data.registryTimeoutSeconds;
+if((typeof data25 == "number") && (isFinite(data25))){
+if(data25 > 60 || isNaN(data25)){
+const err61 = {instancePath:instancePath+"/registryTimeoutSeconds",schemaPath:"#/properties/registryTimeoutSeconds/maximum",keyword:"maximum",params:{comparison: "<=", limit: 60},message:"must be <= 60"};
 if(vErrors === null){
 vErrors = [err61];
 }
@@ -858,9 +881,8 @@ vErrors.push(err61);
 }
 errors++;
 }
-}
-else {
-const err62 = {instancePath:instancePath+"/registryInsecure/" + i4,schemaPath:"#/properties/registryInsecure/items/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(data25 <= 0 || isNaN(data25)){
+const err62 = {instancePath:instancePath+"/registryTimeoutSeconds",schemaPath:"#/properties/registryTimeoutSeconds/exclusiveMinimum",keyword:"exclusiveMinimum",params:{comparison: ">", limit: 0},message:"must be > 0"};
 if(vErrors === null){
 vErrors = [err62];
 }
@@ -870,9 +892,8 @@ vErrors.push(err62);
 errors++;
 }
 }
-}
 else {
-const err63 = {instancePath:instancePath+"/registryInsecure",schemaPath:"#/properties/registryInsecure/type",keyword:"type",params:{type: "array"},message:"must be array"};
+const err63 = {instancePath:instancePath+"/registryTimeoutSeconds",schemaPath:"#/properties/registryTimeoutSeconds/type",keyword:"type",params:{type: "number"},message:"must be number"};
 if(vErrors === null){
 vErrors = [err63];
 }
@@ -882,15 +903,11 @@ vErrors.push(err63);
 errors++;
 }
 }
-if(data.registryAllow !== undefined){
-let data28 = data.registryAllow;
-if(Array.isArray(data28)){
-const len5 = data28.length;
-for(let i5=0; i5<len5; i5++){
-let data29 = data28[i5];
-if(typeof data29 === "string"){
-if(!pattern2.test(data29)){
-const err64 = {instancePath:instancePath+"/registryAllow/" + i5,schemaPath:"#/properties/registryAllow/items/pattern",keyword:"pattern",params:{pattern: "^(\\*\\.)?[A-Za-z0-9]([-A-Za-z0-9.]*[A-Za-z0-9])?(:[0-9]{1,5})?$|^\\[[0-9A-Fa-f:.]+\\](:[0-9]{1,5})?$"},message:"must match pattern \""+"^(\\*\\.)?[A-Za-z0-9]([-A-Za-z0-9.]*[A-Za-z0-9])?(:[0-9]{1,5})?$|^\\[[0-9A-Fa-f:.]+\\](:[0-9]{1,5})?$"+"\""};
+if(data.cacheDir !== undefined){
+let data26 = data.cacheDir;
+if(typeof data26 === "string"){
+if(data26.length < 1){
+const err64 = {instancePath:instancePath+"/cacheDir",schemaPath:"#/properties/cacheDir/minLength",keyword:"minLength",params:{limit: 1},message:"must NOT have fewer than 1 characters"};
 if(vErrors === null){
 vErrors = [err64];
 }
@@ -901,7 +918,7 @@ errors++;
 }
 }
 else {
-const err65 = {instancePath:instancePath+"/registryAllow/" + i5,schemaPath:"#/properties/registryAllow/items/type",keyword:"type",params:{type: "string"},message:"must be string"};
+const err65 = {instancePath:instancePath+"/cacheDir",schemaPath:"#/properties/cacheDir/type",keyword:"type",params:{type: "string"},message:"must be string"};
 if(vErrors === null){
 vErrors = [err65];
 }
@@ -911,9 +928,15 @@ vErrors.push(err65);
 errors++;
 }
 }
-}
-else {
-const err66 = {instancePath:instancePath+"/registryAllow",schemaPath:"#/properties/registryAllow/type",keyword:"type",params:{type: "array"},message:"must be array"};
+if(data.registryInsecure !== undefined){
+let data27 = data.registryInsecure;
+if(Array.isArray(data27)){
+const len4 = data27.length;
+for(let i4=0; i4<len4; i4++){
+let data28 = data27[i4];
+if(typeof data28 === "string"){
+if(data28.length < 1){
+const err66 = {instancePath:instancePath+"/registryInsecure/" + i4,schemaPath:"#/properties/registryInsecure/items/minLength",keyword:"minLength",params:{limit: 1},message:"must NOT have fewer than 1 characters"};
 if(vErrors === null){
 vErrors = [err66];
 }
@@ -923,11 +946,8 @@ vErrors.push(err66);
 errors++;
 }
 }
-if(data.registryCaFile !== undefined){
-let data30 = data.registryCaFile;
-if(typeof data30 === "string"){
-if(data30.length < 1){
-const err67 = {instancePath:instancePath+"/registryCaFile",schemaPath:"#/properties/registryCaFile/minLength",keyword:"minLength",params:{limit: 1},message:"must NOT have fewer than 1 characters"};
+else {
+const err67 = {instancePath:instancePath+"/registryInsecure/" + i4,schemaPath:"#/properties/registryInsecure/items/type",keyword:"type",params:{type: "string"},message:"must be string"};
 if(vErrors === null){
 vErrors = [err67];
 }
@@ -937,8 +957,9 @@ vErrors.push(err67);
 errors++;
 }
 }
+}
 else {
-const err68 = {instancePath:instancePath+"/registryCaFile",schemaPath:"#/properties/registryCaFile/type",keyword:"type",params:{type: "string"},message:"must be string"};
+const err68 = {instancePath:instancePath+"/registryInsecure",schemaPath:"#/properties/registryInsecure/type",keyword:"type",params:{type: "array"},message:"must be array"};
 if(vErrors === null){
 vErrors = [err68];
 }
@@ -948,11 +969,15 @@ vErrors.push(err68);
 errors++;
 }
 }
-if(data.reportFile !== undefined){
-let data31 = data.reportFile;
-if(typeof data31 === "string"){
-if(data31.length < 1){
-const err69 = {instancePath:instancePath+"/reportFile",schemaPath:"#/properties/reportFile/minLength",keyword:"minLength",params:{limit: 1},message:"must NOT have fewer than 1 characters"};
+if(data.registryAllow !== undefined){
+let data29 = data.registryAllow;
+if(Array.isArray(data29)){
+const len5 = data29.length;
+for(let i5=0; i5<len5; i5++){
+let data30 = data29[i5];
+if(typeof data30 === "string"){
+if(!pattern2.test(data30)){
+const err69 = {instancePath:instancePath+"/registryAllow/" + i5,schemaPath:"#/properties/registryAllow/items/pattern",keyword:"pattern",params:{pattern: "^(\\*\\.)?[A-Za-z0-9]([-A-Za-z0-9.]*[A-Za-z0-9])?(:[0-9]{1,5})?$|^\\[[0-9A-Fa-f:.]+\\](:[0-9]{1,5})?$"},message:"must match pattern \""+"^(\\*\\.)?[A-Za-z0-9]([-A-Za-z0-9.]*[A-Za-z0-9])?(:[0-9]{1,5})?$|^\\[[0-9A-Fa-f:.]+\\](:[0-9]{1,5})?$"+"\""};
 if(vErrors === null){
 vErrors = [err69];
 }
@@ -963,7 +988,7 @@ errors++;
 }
 }
 else {
-const err70 = {instancePath:instancePath+"/reportFile",schemaPath:"#/properties/reportFile/type",keyword:"type",params:{type: "string"},message:"must be string"};
+const err70 = {instancePath:instancePath+"/registryAllow/" + i5,schemaPath:"#/properties/registryAllow/items/type",keyword:"type",params:{type: "string"},message:"must be string"};
 if(vErrors === null){
 vErrors = [err70];
 }
@@ -975,7 +1000,7 @@ errors++;
 }
 }
 else {
-const err71 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
+const err71 = {instancePath:instancePath+"/registryAllow",schemaPath:"#/properties/registryAllow/type",keyword:"type",params:{type: "array"},message:"must be array"};
 if(vErrors === null){
 vErrors = [err71];
 }
@@ -984,8 +1009,70 @@ vErrors.push(err71);
 }
 errors++;
 }
+}
+if(data.registryCaFile !== undefined){
+let data31 = data.registryCaFile;
+if(typeof data31 === "string"){
+if(data31.length < 1){
+const err72 = {instancePath:instancePath+"/registryCaFile",schemaPath:"#/properties/registryCaFile/minLength",keyword:"minLength",params:{limit: 1},message:"must NOT have fewer than 1 characters"};
+if(vErrors === null){
+vErrors = [err72];
+}
+else {
+vErrors.push(err72);
+}
+errors++;
+}
+}
+else {
+const err73 = {instancePath:instancePath+"/registryCaFile",schemaPath:"#/properties/registryCaFile/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err73];
+}
+else {
+vErrors.push(err73);
+}
+errors++;
+}
+}
+if(data.reportFile !== undefined){
+let data32 = data.reportFile;
+if(typeof data32 === "string"){
+if(data32.length < 1){
+const err74 = {instancePath:instancePath+"/reportFile",schemaPath:"#/properties/reportFile/minLength",keyword:"minLength",params:{limit: 1},message:"must NOT have fewer than 1 characters"};
+if(vErrors === null){
+vErrors = [err74];
+}
+else {
+vErrors.push(err74);
+}
+errors++;
+}
+}
+else {
+const err75 = {instancePath:instancePath+"/reportFile",schemaPath:"#/properties/reportFile/type",keyword:"type",params:{type: "string"},message:"must be string"};
+if(vErrors === null){
+vErrors = [err75];
+}
+else {
+vErrors.push(err75);
+}
+errors++;
+}
+}
+}
+else {
+const err76 = {instancePath,schemaPath:"#/type",keyword:"type",params:{type: "object"},message:"must be object"};
+if(vErrors === null){
+vErrors = [err76];
+}
+else {
+vErrors.push(err76);
+}
+errors++;
+}
 validate10.errors = vErrors;
 return errors === 0;
 }
 
-export const KNOWN_KEYS = {"":["timeoutSeconds","pollIntervalSeconds","logIntervalSeconds","headroomMiB","defaultUtilization","onNvidiaSmiUnavailable","nvidiaSmiTimeoutSeconds","fastParse","containerNames","images","diagnosticsFile","registryLookup","registryPlatform","registryTimeoutSeconds","cacheDir","registryInsecure","registryAllow","registryCaFile","reportFile"],"/images/*":["repository","tag","entrypoint","cmd","digest","like"]};
+export const KNOWN_KEYS = {"":["timeoutSeconds","pollIntervalSeconds","logIntervalSeconds","headroomMiB","contextMiB","defaultUtilization","onNvidiaSmiUnavailable","nvidiaSmiTimeoutSeconds","fastParse","containerNames","images","diagnosticsFile","registryLookup","registryPlatform","registryTimeoutSeconds","cacheDir","registryInsecure","registryAllow","registryCaFile","reportFile"],"/images/*":["repository","tag","entrypoint","cmd","digest","like"]};

@@ -34,6 +34,7 @@ interface AjvError {
  * `not`), which reads as a contradiction; one sentence says what to write.
  */
 const ONE_OF: Readonly<Record<string, { neither: string; both: string }>> = {
+  '/contextMiB': { neither: 'must be "auto" or an integer from 0 to 65536', both: 'must be "auto" or an integer from 0 to 65536' },
   '/images/*': {
     neither: 'needs entrypoint (the image\'s start, with cmd when containers give no args) or like (a built-in table row to borrow)',
     both: 'gives like together with entrypoint or cmd: like borrows a whole table row, so give one or the other',

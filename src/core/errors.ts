@@ -13,11 +13,14 @@ export type ErrorCode =
   | 'BAD_ANNOTATION'
   | 'BAD_CONTAINER'
   | 'UNSUPPORTED_LAYOUT'
+  | 'NESTING_TOO_DEEP'
   | 'UNSAFE_EDIT'
   | 'BAD_OPTION'
   | 'BAD_CONFIG'
   | 'USAGE'
   | 'IO'
+  | 'KUBECONFIG'
+  | 'KUBERNETES_API'
   | 'INTERNAL';
 
 /** 1-based line and column in the whole input stream. */

@@ -8,7 +8,7 @@ export { applyPatch, jsonPointer, patchObject, pointerSegment, type JsonPatchOpe
 export { withLookups } from './lookups.js';
 export { asObject } from './decide/values.js';
 export { ACTION_EFFECTS, type Action, type ContainerReport } from './decide/container.js';
-export { ANNOTATION_CONTAINERS, ANNOTATION_SKIP, ANNOTATION_UTILIZATION } from './decide/detect.js';
+export { ANNOTATION_CONTAINERS, ANNOTATION_NOT_WRAPPED, ANNOTATION_SKIP, ANNOTATION_UTILIZATION, ANNOTATION_WRAPPED } from './decide/detect.js';
 export type { ImageStartAnswer, LookupFailure, LookupFailureKind, RegistryAnswers } from './decide/start.js';
 export { imageEntryFix, imageEntryYaml, type ImageEntryFix } from './decide/start.js';
 export { claimReferences, emptyDeviceClaims, recordDeviceClaim, type DeviceClaims } from './tables/gpu.js';

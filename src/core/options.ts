@@ -21,6 +21,12 @@ export interface Options {
   pollIntervalSeconds: number;
   logIntervalSeconds: number;
   headroomMiB: number;
+  /**
+   * MiB of each GPU's free memory that vLLM's own process takes before its check (its CUDA
+   * context, and NCCL's buffers on a multi-GPU engine), added to what the check asks: 'auto'
+   * estimates it (CONTEXT_MIB_AUTO in src/core/preflight.ts), a number overrides the estimate.
+   */
+  contextMiB: number | 'auto';
   defaultUtilization: number;
   onNvidiaSmiUnavailable: 'warn' | 'fail';
   containerNames: string[];
@@ -52,6 +58,7 @@ export const DEFAULT_OPTIONS: Readonly<Options> = Object.freeze({
   pollIntervalSeconds: 1,
   logIntervalSeconds: 10,
   headroomMiB: 0,
+  contextMiB: 'auto',
   defaultUtilization: 0.9,
   onNvidiaSmiUnavailable: 'warn',
   containerNames: [],

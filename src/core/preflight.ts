@@ -28,16 +28,42 @@ export const EXIT_TIMEOUT = 75;
 export const EXIT_NVIDIA_SMI_UNAVAILABLE = 69;
 /** Exit code when there is no command after `--` (EX_USAGE). */
 export const EXIT_NO_COMMAND = 64;
-/** Exit code when utilization is 'from-args' and the start's arguments have no valid --gpu-memory-utilization (EX_CONFIG). */
+/**
+ * Exit code when the utilization cannot be used (EX_CONFIG): 'from-args' and the start's arguments
+ * have no valid --gpu-memory-utilization, or one that asks for the whole GPU (u = 1), which vLLM's
+ * check can never pass (its own CUDA context takes memory before it checks).
+ */
 export const EXIT_BAD_UTILIZATION = 78;
 /** Exit code when the start after `--` is not found (as a shell reports it). */
 export const EXIT_START_NOT_FOUND = 127;
 /** Exit code when the start after `--` is found but is not an executable file (as a shell reports it). */
 export const EXIT_START_NOT_EXECUTABLE = 126;
+/** How a poll tells the loop "start vLLM without a check" (it said why); never the script's own exit code. */
+const POLL_START_UNCHECKED = 65;
+/**
+ * The --query-gpu field lists, asked in this order until nvidia-smi knows every field (exit
+ * status 2 means it does not): memory.reserved came with driver R510, mig.mode.current with R450.
+ * JUDGE_AWK reads the columns by position.
+ */
+const QUERY_FIELDS = [
+  'index,uuid,memory.total,memory.free,mig.mode.current,memory.reserved',
+  'index,uuid,memory.total,memory.free,mig.mode.current',
+  'index,uuid,memory.total,memory.free',
+] as const;
 /** Exit code on SIGTERM while waiting (128 + 15). */
 export const EXIT_SIGTERM = 143;
 /** Exit code on SIGINT while waiting (128 + 2). */
 export const EXIT_SIGINT = 130;
+
+/**
+ * A utilization the start's shell script puts on vLLM's command line from variables (KServe's
+ * `${VLLM_ADDITIONAL_ARGS}`): the script reads the last --gpu-memory-utilization among these
+ * words at run time (a variable's value split as the shell splits it), else `fallback`.
+ */
+export interface RuntimeUtilization {
+  words: ({ literal: string } | { variable: string })[];
+  fallback: number;
+}
 
 export interface PreflightSettings {
   /** Tool version, written into the marker line. */
@@ -47,9 +73,16 @@ export interface PreflightSettings {
    * 'from-args': the script reads the last --gpu-memory-utilization in the start's own arguments
    * at run time (for `$(VAR)` values the kubelet expands) and exits 78 when there is none or it is invalid.
    */
-  utilization: number | 'from-args';
-  /** Extra MiB required per GPU on top of ceil(total x utilization); integer >= 0. */
+  utilization: number | 'from-args' | RuntimeUtilization;
+  /** Extra MiB required per GPU on top of vLLM's request and its context (contextMiB); integer >= 0. */
   headroomMiB: number;
+  /**
+   * MiB of each GPU's free memory that vLLM's own process takes before its check (its CUDA
+   * context; NCCL's buffers too when the engine spans GPUs): integer 0..65536, or 'auto'
+   * (the default): CONTEXT_MIB_AUTO.oneGpu where the script checks one GPU, .severalGpus where
+   * it checks more.
+   */
+  contextMiB?: number | 'auto';
   /** Give up after this many seconds of waiting; integer >= 1. */
   timeoutSeconds: number;
   /** Seconds between nvidia-smi polls while waiting; > 0 (fractions allowed). */
@@ -67,6 +100,14 @@ export interface PreflightSettings {
   terminationMessagePath: string;
 }
 
+/**
+ * contextMiB 'auto': the estimate of what vLLM's process takes of a GPU's free memory before its
+ * check. Measured on an H200 (docs/gpu-results.md): a fresh process's CUDA context costs 525-620
+ * MiB there, and a one-process NCCL group with a first all-reduce 558 MiB more; B200 has more SMs
+ * (more context), so one GPU gets 768, several (tensor or pipeline parallel: NCCL) 1536.
+ */
+export const CONTEXT_MIB_AUTO = { oneGpu: 768, severalGpus: 1536 } as const;
+
 /** Per-query limit when PreflightSettings.nvidiaSmiTimeoutSeconds is not given. */
 export const DEFAULT_NVIDIA_SMI_TIMEOUT_SECONDS = 10;
 
@@ -75,6 +116,7 @@ export const PREFLIGHT_LIMITS = {
   /** Utilization is rounded UP to this many decimals: keeps total x numerator far below 2^53 in awk. */
   utilizationMaxDecimals: 6,
   headroomMiBMax: 1_048_576,
+  contextMiBMax: 65_536,
   timeoutSecondsMax: 7 * 24 * 3600,
   pollIntervalSecondsMin: 0.01,
   pollIntervalSecondsMax: 3600,
@@ -185,10 +227,32 @@ export function withoutTrailingZeros(text: string): string {
 
 function validUtilization(v: unknown): string {
   if (v === 'from-args') return v;
-  if (!isNumber(v) || !(v > 0) || v > 1) fail('utilization', v, "must be a number with 0 < u <= 1, or 'from-args'");
+  if (!isNumber(v) || !(v > 0) || v > 1) fail('utilization', v, "must be a number with 0 < u <= 1, 'from-args' or run-time words");
   const s = roundUtilizationUp(String(v));
-  if (s === undefined) fail('utilization', v, "must be a number with 0 < u <= 1, or 'from-args'");
+  if (s === undefined) fail('utilization', v, "must be a number with 0 < u <= 1, 'from-args' or run-time words");
   return s;
+}
+
+/** The run-time words as shell text: each literal single-quoted (it is a flag's name), each variable unquoted (split as the shell splits it). */
+function runtimeWords(v: RuntimeUtilization): { words: string; fallback: string; names: string } {
+  if (!Array.isArray(v.words) || v.words.length === 0 || v.words.length > 64) fail('utilization', v, 'run-time words must be 1 to 64 words');
+  const words = v.words.map((w) => {
+    if ('variable' in w && typeof w.variable === 'string' && isShellVariableName(w.variable)) return `$${w.variable}`;
+    if ('literal' in w && (w.literal === '--gpu-memory-utilization' || w.literal === '--gpu_memory_utilization')) return `'${w.literal}'`;
+    return fail('utilization', w, 'a run-time word must be a shell variable name or the flag --gpu-memory-utilization');
+  });
+  const names = v.words.flatMap((w) => ('variable' in w ? [`$${w.variable}`] : [])).join(' ');
+  return { words: words.join(' '), fallback: validUtilization(v.fallback), names };
+}
+
+/** `/^[A-Za-z_][A-Za-z0-9_]{0,127}$/` */
+function isShellVariableName(v: string): boolean {
+  if (v.length === 0 || v.length > 128) return false;
+  for (let i = 0; i < v.length; i++) {
+    const c = v.charCodeAt(i);
+    if (!((c >= 0x41 && c <= 0x5a) || (c >= 0x61 && c <= 0x7a) || c === 0x5f || (i > 0 && isAsciiDigit(c)))) return false;
+  }
+  return true;
 }
 
 function validPollInterval(v: unknown): string {
@@ -255,12 +319,16 @@ export interface PreflightOptions {
   pollIntervalSeconds: unknown;
   logIntervalSeconds: unknown;
   headroomMiB: unknown;
+  contextMiB?: unknown;
   onNvidiaSmiUnavailable: unknown;
   nvidiaSmiTimeoutSeconds?: unknown;
 }
 
 interface CheckedOptions {
   headroom: string;
+  /** Context cost on one GPU, and on each of several. */
+  contextOne: string;
+  contextSeveral: string;
   timeout: string;
   poll: string;
   logEvery: string;
@@ -268,9 +336,20 @@ interface CheckedOptions {
   smiLimit: string;
 }
 
+function contextCosts(v: unknown): { contextOne: string; contextSeveral: string } {
+  if (v === undefined || v === 'auto') {
+    return { contextOne: String(CONTEXT_MIB_AUTO.oneGpu), contextSeveral: String(CONTEXT_MIB_AUTO.severalGpus) };
+  }
+  if (!isNumber(v) || !Number.isInteger(v) || v < 0 || v > PREFLIGHT_LIMITS.contextMiBMax) {
+    fail('contextMiB', v, `must be 'auto' or an integer from 0 to ${PREFLIGHT_LIMITS.contextMiBMax}`);
+  }
+  return { contextOne: String(v), contextSeveral: String(v) };
+}
+
 function checkOptions(o: PreflightOptions): CheckedOptions {
   return {
     headroom: integerIn('headroomMiB', o.headroomMiB, 0, PREFLIGHT_LIMITS.headroomMiBMax),
+    ...contextCosts(o.contextMiB),
     timeout: integerIn('timeoutSeconds', o.timeoutSeconds, 1, PREFLIGHT_LIMITS.timeoutSecondsMax),
     poll: validPollInterval(o.pollIntervalSeconds),
     logEvery: integerIn('logIntervalSeconds', o.logIntervalSeconds, 1, PREFLIGHT_LIMITS.logIntervalSecondsMax),
@@ -295,14 +374,27 @@ export function checkPreflightOptions(o: PreflightOptions): void {
 
 /**
  * The awk program that judges one nvidia-smi reading. It prints exactly one line,
- * whose first word tells the poll what to do: `ok`, `bad` (cannot check), `late` (the
- * query ran into the overall deadline), `timeout` or `wait CODE`; the rest is the message.
- * Inputs come in with -v (see poll() in the script below); `el` is the elapsed time.
- * Integer-exact need: utilization "0.9" becomes 9/10 and need = ceil(total*9/10);
+ * whose first word tells the poll what to do: `ok`, `bad` (cannot check), `mig` (a MIG
+ * GPU: cannot be judged, start), `never` (no GPU can ever pass vLLM's check at this
+ * utilization), `late` (the query ran into the overall deadline), `timeout` or
+ * `wait CODE`; the rest is the message.
+ * Inputs come in with -v (see poll() in the script below); `el` is the elapsed time and
+ * `fields` the --query-gpu list that was answered (columns 5 and 6, mig.mode.current and
+ * memory.reserved, are left out for a driver that does not know them).
+ * The need is vLLM's own rule (request_memory() in vllm/v1/worker/utils.py): it asks for
+ * ceil(CUDA total x u), where CUDA's total is nvidia-smi's total less memory.reserved (none
+ * assumed when it is not reported: a stricter need), and it measures free memory after its
+ * own CUDA context exists, so the context's cost (c1 on one GPU, cm on several, where
+ * NCCL adds its buffers) comes on top, then the headroom h.
+ * Integer-exact: utilization "0.9" becomes 9/10 and ceil(ct*9/10) is computed on integers;
  * total <= 1e8 MiB and numerator <= 1e6 keep every product below 2^53, where awk's
  * doubles are exact and int(x/den) is the true floor. A reading that cannot be true (no
- * number, over 1e8 MiB, a total of 0, more free than total) is an unreadable GPU, never "enough". dec() strips leading zeros
- * because busybox awk reads "010" as octal.
+ * number, over 1e8 MiB, a total of 0, more free than total, a reserve as large as the total)
+ * is an unreadable GPU, never "enough". dec() strips leading zeros because busybox awk
+ * reads "010" as octal.
+ * A need over what the GPU can ever have free (CUDA's total, less 1 MiB for nvidia-smi's
+ * rounding) is cut to that: the wait then ends when the GPU is idle and vLLM's own check
+ * decides, never a wait that cannot end. A request of the whole GPU (u = 1) is `never`.
  * The exit status of a waiting poll is 32 + the number of GPUs listed (capped at 31),
  * so the loop can hand the first count back in `first` and a later reading that lists
  * a different number (a GPU fell off the bus) is caught rather than judged on the rest.
@@ -311,9 +403,10 @@ const JUDGE_AWK = `
 function trim(x) { gsub(/^[ \\t\\r]+|[ \\t\\r]+$/, "", x); return x }
 function num(x) { return x ~ /^[0-9]+$/ && length(x) < 10 }
 function dec(x) { sub(/^0+/, "", x); return x + 0 }
+BEGIN { nf = split(fields, w, ",") }
 /^[ \\t\\r]*$/ { next }
-{ if (split($0, a, ",") != 4 || !num(trim(a[1]))) { if (!bad) bad = "nvidia-smi printed an unreadable line: " $0; next }
-  k++; id[k] = trim(a[1]); uu[k] = trim(a[2]); tot[k] = trim(a[3]); fr[k] = trim(a[4]) }
+{ if (split($0, a, ",") != nf || !num(trim(a[1]))) { if (!bad) bad = "nvidia-smi printed an unreadable line: " $0; next }
+  k++; id[k] = trim(a[1]); uu[k] = trim(a[2]); tot[k] = trim(a[3]); fr[k] = trim(a[4]); mig[k] = trim(a[5]); rs[k] = trim(a[6]) }
 END {
   e1 = sprintf("%.1f", el)
   if (rc == 124 && lim < q) { print "late gave up after " sprintf("%.1f", el + lim) " s (timeout " ts " s) waiting for GPU memory before starting vLLM: nvidia-smi did not answer within the " lim " s that were left"; exit }
@@ -326,23 +419,37 @@ END {
     m = split(cvd, w, ",")
     for (i = 1; i <= m; i++) {
       e = trim(w[i]); hit = 0
+      if (e ~ /^MIG-/) { mg = "CUDA_VISIBLE_DEVICES names the MIG instance " e; continue }
       for (j = 1; j <= k; j++)
         if (e ~ /^[0-9]+$/ ? dec(e) == dec(id[j]) : e != "" && (index(uu[j], e) == 1 || index(uu[j], "GPU-" e) == 1)) { sel[j] = 1; hit = 1 }
       if (!hit && e != "") bad = "CUDA_VISIBLE_DEVICES entry \\"" e "\\" matches no GPU that nvidia-smi lists"
     }
   } else for (j = 1; j <= k; j++) sel[j] = 1
+  for (j = 1; j <= k && !bad && mg == ""; j++) if (mig[j] == "Enabled") mg = "GPU " id[j] " is in MIG mode"
+  if (!bad && mg != "") { print "mig " mg ": nvidia-smi reads the whole GPU, not the MIG instance of this container; starting vLLM without waiting"; exit }
+  for (j = 1; j <= k; j++) if (sel[j]) n++
+  if (!bad && !n) bad = "CUDA_VISIBLE_DEVICES=\\"" cvd "\\" selects no GPU"
+  ctx = n > 1 ? cm : c1
   split(u, d, "."); den = 1
   for (i = length(d[2]); i > 0; i--) den *= 10
   nu = dec(d[1]) * den + dec(d[2])
   for (j = 1; j <= k && !bad; j++) if (sel[j]) {
     if (!num(tot[j]) || !num(fr[j]) || dec(tot[j]) > 1e8 || dec(tot[j]) == 0 || dec(fr[j]) > dec(tot[j])) { bad = "GPU " id[j] " memory reads total=" tot[j] " free=" fr[j]; break }
-    x = dec(tot[j]) * nu; need = int(x / den); if (need * den < x) need++
-    need += h; n++
+    r = num(rs[j]) ? dec(rs[j]) : 0
+    if (r >= dec(tot[j])) { bad = "GPU " id[j] " memory reads total=" tot[j] " reserved=" rs[j]; break }
+    ct = dec(tot[j]) - r
+    x = ct * nu; req = int(x / den); if (req * den < x) req++
+    if (req >= ct) {
+      um = int((ct - ctx) * 100 / ct) / 100
+      print "never cannot wait for GPU memory: --gpu-memory-utilization " u " asks vLLM for all " ct " MiB of GPU " id[j] " (what CUDA can use of it), but vLLM takes memory for its own CUDA context before it checks, so its check can never pass; lower --gpu-memory-utilization" (um > 0 ? " (at most " um " leaves room for a " ctx " MiB context here)" : "") "; not starting vLLM"
+      exit
+    }
+    need = req + ctx + h; how = req " for vLLM: " u " x " ct " MiB CUDA total" (r ? " = " tot[j] " - " r " reserved" : " = " tot[j] ", no reserve reported") "; " ctx " for its CUDA context; " h " headroom"
+    if (need > ct - 1) { need = ct - 1; how = "all it can have free, as " how " would be more: vLLM itself decides" }
     gap = need - dec(fr[j])
-    if (n == 1 || gap > worst) { worst = gap; g = "GPU " id[j] " has " fr[j] " MiB free, needs " need " MiB (" u " x " tot[j] " MiB total + " h " MiB headroom)" }
+    if (g == "" || gap > worst) { worst = gap; g = "GPU " id[j] " has " fr[j] " MiB free, needs " need " MiB (" how ")" }
     if (gap > 0) short++
   }
-  if (!bad && !n) bad = "CUDA_VISIBLE_DEVICES=\\"" cvd "\\" selects no GPU"
   if (bad) { print "bad " bad; exit }
   more = short > 1 ? "; " short - 1 " more GPU(s) short" : ""
   if (!short) print "ok " (first == "" ? "" : "GPU memory arrived after " e1 " s of waiting; ") n " GPU(s) checked, tightest: " g "; starting"
@@ -419,27 +526,47 @@ const TREE_AWK = `BEGIN {
 /** Formats nvidia-smi --query-compute-apps output for the timeout message. */
 const APPS_AWK = `-F', *' 'NF >= 2 { a = a (a ? ", " : "") "pid " $1 " (" $2 " MiB)" } END { print a ? a : "none that nvidia-smi can see from this container (look on the node)" }'`;
 
-/** Reads the utilization from the start's arguments; only in scripts rendered with 'from-args'. */
-const FROM_ARGS = `# The utilization is only known at run time (the kubelet expanded a variable into the
-# start's arguments): take the last --gpu-memory-utilization there, in any spelling vLLM accepts.
-u_raw='' u_seen='' take=''
-for a in "$@"; do
+/** The loop that takes the last --gpu-memory-utilization of `list`, in any spelling vLLM accepts. */
+function lastFlagLoop(list: string): string {
+  return `for a in ${list}; do
   if [ -n "$take" ]; then u_raw=$a take=''; continue; fi
   case $a in
   --gpu[-_]memory[-_]utilization=*) u_raw=\${a#*=} u_seen=1 ;;
   --gpu[-_]memory[-_]utilization) u_raw='' u_seen=1 take=1 ;;
   esac
 done
-[ -n "$u_seen" ] || die ${EXIT_BAD_UTILIZATION} 'cannot wait for GPU memory: the start has no --gpu-memory-utilization argument, and this preflight reads the utilization from there; not starting vLLM'
+`;
+}
+
+/** Reads the utilization from the start's arguments; only in scripts rendered with 'from-args'. */
+const FROM_ARGS = `# The utilization is only known at run time (the kubelet expanded a variable into the
+# start's arguments): take the last --gpu-memory-utilization there.
+u_raw='' u_seen='' take=''
+${lastFlagLoop('"$@"')}[ -n "$u_seen" ] || die ${EXIT_BAD_UTILIZATION} 'cannot wait for GPU memory: the start has no --gpu-memory-utilization argument, and this preflight reads the utilization from there; not starting vLLM'
 # shellcheck disable=SC2016 # an awk program: its $ are awk's, not the shell's
 util=\`u=$u_raw awk '${UTIL_AWK}'\` || die ${EXIT_BAD_UTILIZATION} "cannot wait for GPU memory: --gpu-memory-utilization \\"$u_raw\\" in the start's arguments is not a number with 0 < u <= 1; not starting vLLM"
 `;
 
+/** Reads the utilization from the variables the start's script expands into vLLM's command line. */
+function fromVariables(v: { words: string; fallback: string; names: string }): string {
+  return `# The utilization is only known at run time: the script of the start puts ${v.names} on the
+# command line of vLLM. Take the last --gpu-memory-utilization there (split as the shell splits
+# it, no globbing), else ${v.fallback}, what vLLM gets without one there.
+u_raw=${v.fallback} u_seen=1 take=''
+set -f
+# shellcheck disable=SC2086,SC2034 # split as the script splits them; u_seen: read by the other reader
+${lastFlagLoop(v.words)}set +f
+# shellcheck disable=SC2016 # an awk program: its $ are awk's, not the shell's
+util=\`u=$u_raw awk '${UTIL_AWK}'\` || die ${EXIT_BAD_UTILIZATION} "cannot wait for GPU memory: --gpu-memory-utilization \\"$u_raw\\" in ${v.names.replaceAll('$', '\\$')} is not a number with 0 < u <= 1; not starting vLLM"
+`;
+}
+
 export function renderPreflightScript(settings: PreflightSettings): string {
   if (typeof settings !== 'object' || settings === null) fail('settings', settings, 'must be an object');
   const version = validVersion(settings.version);
-  const util = validUtilization(settings.utilization);
-  const { headroom, timeout, poll, logEvery, mode, smiLimit } = checkOptions(settings);
+  const runtime = typeof settings.utilization === 'object' && settings.utilization !== null ? runtimeWords(settings.utilization) : undefined;
+  const util = runtime ? 'from-start' : validUtilization(settings.utilization);
+  const { headroom, contextOne, contextSeveral, timeout, poll, logEvery, mode, smiLimit } = checkOptions(settings);
   const msgFile = validPath(settings.terminationMessagePath);
   // The first query's limit: the per-query limit, cut to the whole timeout (at least 2 s), as CLOCK_AWK does later.
   const pollWhole = Math.max(1, Math.ceil(Number(poll)));
@@ -447,15 +574,15 @@ export function renderPreflightScript(settings: PreflightSettings): string {
 
   const script = `${PREFLIGHT_MARKER_PREFIX}${version}: wait for GPU memory, then exec vLLM
 # After an in-place restart the old engine may still hold VRAM and vLLM checks
-# free memory only once, so wait until each GPU it will use has
-# ceil(total x util) + headroom MiB free. See docs/restart-race.md (vram-preflight).
+# free memory only once, so wait until each GPU it will use has what that check asks, plus
+# what vLLM takes before it checks, plus headroom. See docs/restart-race.md (vram-preflight).
 # The kubelet rewrites dollar-paren and double-dollar in args; this text has neither.
 # Nothing is written but msg_file (read-only root, no /tmp): no temp files, no here-documents.
 # shellcheck disable=SC2006 # backticks instead of dollar-paren, for the reason above
-util=${util} headroom_mib=${headroom} timeout_s=${timeout} poll_s=${poll} log_s=${logEvery} on_unavailable=${mode} smi_limit_s=${smiLimit}
+util=${util} headroom_mib=${headroom} context_mib=${contextOne} context_several_mib=${contextSeveral} timeout_s=${timeout} poll_s=${poll} log_s=${logEvery} on_unavailable=${mode} smi_limit_s=${smiLimit}
 msg_file=${msgFile}
 say() { printf 'vram-preflight: %s\\n' "$*" >&2; }
-die() { say "$2"; printf 'vram-preflight: %s\\n' "$2" 2>/dev/null >"$msg_file" || :; exit "$1"; }
+die() { [ -z "$mark" ] || sweep; say "$2"; printf 'vram-preflight: %s\\n' "$2" 2>/dev/null >"$msg_file" || :; exit "$1"; }
 unavailable() {
   [ "$on_unavailable" = warn ] || die ${EXIT_NVIDIA_SMI_UNAVAILABLE} "cannot check GPU memory, not starting vLLM (on-nvidia-smi-unavailable: fail): $1"
   say "WARNING: cannot check GPU memory, starting vLLM WITHOUT waiting: $1"
@@ -468,12 +595,11 @@ case $1 in
   if [ ! -f "$1" ] || [ ! -x "$1" ]; then die ${EXIT_START_NOT_EXECUTABLE} "cannot start vLLM: the start \\"$1\\" (the program after --) is not an executable file"; fi ;;
 *) command -v "$1" >/dev/null 2>&1 || die ${EXIT_START_NOT_FOUND} "cannot start vLLM: the start \\"$1\\" (the program after --) is not found in PATH=$PATH" ;;
 esac
-${util === 'from-args' ? FROM_ARGS : ''}# A shell runs traps only between commands or in wait, never while a foreground command
-# or a backtick capture runs. So all that can take long (nvidia-smi, the pause between
-# polls) runs as a background job the shell waits for, and a signal ends it at once.
-# As PID 1 the shell ignores signals it does not trap. The job gets KILL: a child
-# still holds this shell's handler between its fork and its exec, and would lose a TERM.
-job=''
+${util === 'from-args' ? FROM_ARGS : runtime ? fromVariables(runtime) : ''}# A shell runs traps only between commands or in wait: all that can take long (nvidia-smi,
+# the pause between polls) is a background job it waits for, so a signal ends it at once.
+# As PID 1 the shell ignores signals it does not trap. The job gets KILL: a child still
+# holds this shell's handler between its fork and its exec, and would lose a TERM.
+job='' mark=''
 # KILL process $1 and all its descendants (found in /proc; stopped first, so none forks
 # unseen). $2: the pid of the parent of $1 in /proc; a /proc of another PID namespace fails
 # that check, and then, as without /proc, only $1 is killed.
@@ -486,17 +612,31 @@ reap() {
 }
 # shellcheck disable=SC2016 # an awk program: its $ are awk's, not the shell's
 tree='${TREE_AWK}'
-read -r me _ 2>/dev/null </proc/self/stat || me=''
+# KILL what a query left behind, no longer a descendant once its parent is gone: all that carries
+# this run's mark (VRAM_PREFLIGHT_QUERY: nvidia-smi gets it, what it starts inherits it). Stopped
+# first; grep's status is no guide (a process may end while it reads).
+sweep() {
+  for sig in STOP KILL; do
+    kin=\`grep -lszxF "VRAM_PREFLIGHT_QUERY=$mark" /proc/[0-9]*/environ 2>/dev/null\` || :
+    [ -n "$kin" ] || return 0
+    swept=1
+    for f in $kin; do f=\${f#/proc/}; kill -$sig "\${f%/environ}" 2>/dev/null || :; done
+  done
+}
+# This shell's pid in /proc, if that /proc is of its own PID namespace (it names PPID as parent).
+read -r me _ _ dad _ 2>/dev/null </proc/self/stat || me=''
+[ "$dad" = "$PPID" ] || me=''
 stop() {
   [ -z "$job" ] || reap "$job" "$me"
+  [ -z "$mark" ] || sweep
   say "$1 while waiting for GPU memory, exiting"; exit "$2"
 }
 trap 'stop SIGTERM ${EXIT_SIGTERM}' TERM
 trap 'stop SIGINT ${EXIT_SIGINT}' INT
 # nvidia-smi's deadline: after $lim s, KILL it and all it started (a process stuck in the
-# driver may ignore TERM) and exit 1; exit 0 when told (TERM) that it answered in time. The
-# TERM may come before the sleep's pid is known: quit remembers it. The sleep gets KILL: a
-# TERM sent between its fork and its exec is lost. It must not hold the capture (or stderr) open.
+# driver may ignore TERM) and exit 1; exit 0 when told (TERM) it answered in time (quit: the
+# TERM came first). The sleep gets KILL (a TERM between fork and exec is lost) and must not
+# hold the capture (or stderr) open.
 deadline() {
   s='' quit=''
   trap 'quit=1; [ -z "$s" ] || kill -KILL "$s" 2>/dev/null || :' TERM
@@ -507,12 +647,13 @@ deadline() {
   trap '' TERM
   read -r _ _ _ dad _ 2>/dev/null </proc/self/stat || dad=''
   reap "$1" "$dad"
+  [ -z "$mark" ] || sweep
   exit 1
 }
 # nvidia-smi "$@", its output read here and passed on: killing this subshell ends the
 # capture even if a process stuck in the driver (deaf to KILL) holds the output of nvidia-smi.
 fetch() {
-  if o=\`nvidia-smi "$@"\`; then rc=0; else rc=$?; fi
+  if o=\`VRAM_PREFLIGHT_QUERY=$mark nvidia-smi "$@"\`; then rc=0; else rc=$?; fi
   [ -z "$o" ] || printf '%s\\n' "$o"
   exit "$rc"
 }
@@ -527,17 +668,24 @@ smi() {
   [ "$ds:$rc" != 1:137 ] || rc=124
   return "$rc"
 }
-# One reading and its verdict (run as a background job; a backtick capture would block
-# traps). It says what it found; its exit status tells the loop what to do next:
-# 0 start vLLM, ${EXIT_NVIDIA_SMI_UNAVAILABLE} or ${EXIT_TIMEOUT} exit (the message is written), 32..63 keep waiting.
+# One reading and its verdict, as a background job; it says what it found, and its exit
+# status tells the loop: 0 start vLLM, ${POLL_START_UNCHECKED} start it unchecked (said why),
+# ${EXIT_NVIDIA_SMI_UNAVAILABLE}, ${EXIT_TIMEOUT} or ${EXIT_BAD_UTILIZATION} exit (the message is written), 32..63 keep waiting.
+# A driver that does not know a field (memory.reserved: R510+, mig.mode.current: R450+)
+# answers exit status 2: ask again without it.
 # shellcheck disable=SC2016 # an awk program: its $ are awk's, not the shell's
 judge='${JUDGE_AWK.trim()}'
 poll() {
-  if out=\`smi --query-gpu=index,uuid,memory.total,memory.free --format=csv,noheader,nounits\`; then rc=0; else rc=$?; fi
-  r=\`printf '%s\\n' "$out" | awk -v rc="$rc" -v u="$util" -v h="$headroom_mib" -v ts="$timeout_s" -v el="$el" -v lim="$lim" -v q="$smi_limit_s" -v first="$first" -v cvs="\${CUDA_VISIBLE_DEVICES+set}" -v cvd="\${CUDA_VISIBLE_DEVICES-}" "$judge"\` || r="bad awk is missing or failed (exit status $?)"
+  for fields in ${QUERY_FIELDS.join(' ')}; do
+    if out=\`smi --query-gpu="$fields" --format=csv,noheader,nounits\`; then rc=0; else rc=$?; fi
+    [ "$rc" = 2 ] || break
+  done
+  r=\`printf '%s\\n' "$out" | awk -v fields="$fields" -v rc="$rc" -v u="$util" -v h="$headroom_mib" -v c1="$context_mib" -v cm="$context_several_mib" -v ts="$timeout_s" -v el="$el" -v lim="$lim" -v q="$smi_limit_s" -v first="$first" -v cvs="\${CUDA_VISIBLE_DEVICES+set}" -v cvd="\${CUDA_VISIBLE_DEVICES-}" "$judge"\` || r="bad awk is missing or failed (exit status $?)"
   case $r in
   ok\\ *) say "\${r#ok }"; exit 0 ;;
-  bad\\ *) unavailable "\${r#bad }"; exit 0 ;;
+  mig\\ *) say "NOTE: \${r#mig }"; exit ${POLL_START_UNCHECKED} ;;
+  never\\ *) die ${EXIT_BAD_UTILIZATION} "\${r#never }" ;;
+  bad\\ *) unavailable "\${r#bad }"; exit ${POLL_START_UNCHECKED} ;;
   late\\ *) die ${EXIT_TIMEOUT} "\${r#late }. This is the preflight's wait, not vLLM's check: nvidia-smi hangs when the driver is wedged; look at the node." ;;
   timeout\\ *)
     apps=\`smi --query-compute-apps=pid,used_memory --format=csv,noheader,nounits 2>/dev/null | awk ${APPS_AWK}\`
@@ -545,6 +693,7 @@ poll() {
   wait\\ *) r=\${r#wait }; [ "$logit" = 0 ] || say "\${r#* }"; exit "\${r%% *}" ;;
   esac
   unavailable "unexpected verdict: $r"
+  exit ${POLL_START_UNCHECKED}
 }
 # Elapsed time: see the clock program. read is a builtin, so a cold start costs no process.
 clock() {
@@ -554,15 +703,17 @@ clock() {
 }
 # shellcheck disable=SC2016 # an awk program: its $ are awk's, not the shell's
 tick='${CLOCK_AWK}'
-clock; prev=$raw psrc=$src zero=$raw el=0 lim=${firstLimit} logit=1 lg=0 first=''
+clock; prev=$raw psrc=$src zero=$raw el=0 lim=${firstLimit} logit=1 lg=0 first='' swept=''
+# The mark of what nvidia-smi starts (see sweep); nothing to find it by without /proc.
+[ -z "$me" ] || mark="$me.$raw"
 while :; do
   poll & job=$!
   if wait "$job"; then v=0; else v=$?; fi
   case $v in
-  0) break ;;
-  ${EXIT_NVIDIA_SMI_UNAVAILABLE} | ${EXIT_TIMEOUT}) exit "$v" ;;
+  0 | ${POLL_START_UNCHECKED}) break ;;
+  ${EXIT_NVIDIA_SMI_UNAVAILABLE} | ${EXIT_TIMEOUT} | ${EXIT_BAD_UTILIZATION}) exit "$v" ;;
   3[2-9] | [45][0-9] | 6[0-3]) ;;
-  *) unavailable "the check ended with exit status $v"; break ;;
+  *) unavailable "the check ended with exit status $v"; v=${POLL_START_UNCHECKED}; break ;;
   esac
   first=\${first:-$v}
   [ "$logit" = 0 ] || lg=$el
@@ -573,6 +724,10 @@ while :; do
   r=\`awk -v raw="$raw" -v src="$src" -v prev="$prev" -v psrc="$psrc" -v zero="$zero" -v el="$el" -v lg="$lg" -v poll="$poll_s" -v lim="$lim" -v q="$smi_limit_s" -v ts="$timeout_s" -v ls="$log_s" "$tick"\` || { unavailable "awk is missing or failed (exit status $?)"; break; }
   el=\${r%% *} r=\${r#* } lim=\${r%% *} r=\${r#* } logit=\${r%% *} zero=\${r#* } prev=$raw psrc=$src
 done
+# vLLM inherits this process and its children: end what a query left behind. As PID 1 the shell
+# adopts orphans; waiting for a no-op job reaps the ones killed.
+[ -z "$mark" ] || sweep
+if [ -n "$swept" ] || [ "$v" != 0 ]; then : & wait "$!" || :; fi
 exec "$@"
 `;
   if (script.includes('$(') || script.includes('$$')) {

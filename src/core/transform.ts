@@ -25,6 +25,7 @@ import { KINDS_WITHOUT_CONTAINERS } from './tables/workloads.js';
 import { mentionsAnyLowered, TARGET_WORDS } from './decide/target-words.js';
 import { mentionMayDecide } from './decide/deciding-mentions.js';
 import { parseDocuments } from './yaml/fast-parse.js';
+import { MAX_NESTING, nestingDepth } from './yaml/depth.js';
 import { isJsWhitespace, isLineTerminator } from './char-classes.js';
 import { effectiveGet, findDuplicateKeys, resolveAlias, type ParsedDocument } from './yaml/nodes.js';
 
@@ -309,7 +310,41 @@ export function transform(stream: StreamText, options: Options, input: Transform
       pieces.push(chunk.text);
       continue;
     }
+    const tooDeep = (depth: string): void => {
+      result.errors.push(
+        new PreflightError('NESTING_TOO_DEEP', `the document nests ${depth}; vram-preflight reads documents up to ${MAX_NESTING} levels deep (go-yaml, which Helm and kubectl use, up to 10,000)`, {
+          document: refFromText(lines, chunk, index, previous),
+          fix: 'render the deeply nested value flatter (a chart nests ~15 levels; the depth is almost always a template that recurses), or keep it out of a document that holds containers',
+        }),
+      );
+      pieces.push(chunk.text);
+    };
+    const depth = nestingDepth(chunk.text);
+    if (depth > MAX_NESTING) {
+      tooDeep(`${depth} levels deep`);
+      continue;
+    }
+    const [errorsBefore, warningsBefore, containersBefore] = [result.errors.length, result.warnings.length, result.containers.length];
+    try {
+      transformChunk(chunk, index, previous);
+    } catch (error) {
+      // The bound above counts what charts render; a layout it undercounts still never surfaces as a stack overflow.
+      if (!(error instanceof RangeError) || !/call stack/i.test(error.message)) throw error;
+      result.errors.splice(errorsBefore);
+      result.warnings.splice(warningsBefore);
+      result.containers.splice(containersBefore);
+      tooDeep('deeper than its reader can follow (the JavaScript call stack ran out)');
+    }
+  }
+  result.wantedImages = [...wanted];
+  return result;
+
+  function transformChunk(chunk: Chunk, index: number, previous: string | undefined): void {
     const docs = parseDocuments(chunk.text, fast);
+    for (const doc of docs) {
+      const overflow = doc.errors.find((e) => /call stack/i.test(e.message));
+      if (overflow) throw new RangeError(overflow.message);
+    }
     const values: unknown[] = [];
     const editsByDoc: TextEditOf[][] = [];
     let broken = false;
@@ -361,6 +396,4 @@ export function transform(stream: StreamText, options: Options, input: Transform
     }
     pieces.push(broken ? chunk.text : editChunk(chunk, values, editsByDoc, result, fast));
   }
-  result.wantedImages = [...wanted];
-  return result;
 }

@@ -22,16 +22,13 @@
  */
 import type { Options } from '../core/options.js';
 import type { RegistryAnswers } from '../core/decide/start.js';
-import { ACTION_EFFECTS, asObject, claimReferences, imageEntryFix, imageEntryYaml, patchObject, pointerSegment, withLookups, type ContainerReport, type JsonPatchOperation, type PatchResult } from '../core/index.js';
+import { ACTION_EFFECTS, ANNOTATION_NOT_WRAPPED, ANNOTATION_WRAPPED, asObject, claimReferences, imageEntryFix, imageEntryYaml, patchObject, pointerSegment, withLookups, type ContainerReport, type JsonPatchOperation, type PatchResult } from '../core/index.js';
 import { escapeControl } from '../core/errors.js';
 import { allowedAnswer, echo, readReview, type Admission, type RefusalFix, type RefusedContainer } from './answers.js';
 import type { ClaimReadResult, ClaimReference } from './claims.js';
 import type { Outcome } from './metrics.js';
 
 export type { Admission, RefusalFix, RefusedContainer };
-
-export const ANNOTATION_WRAPPED = 'vram-preflight.io/wrapped';
-export const ANNOTATION_NOT_WRAPPED = 'vram-preflight.io/not-wrapped';
 
 /** The reason a pod reads when its decision did not finish by the request's deadline (./worker.ts ends it then). */
 export const DECISION_LATE = 'its decision did not finish within the request\'s deadline';
@@ -169,13 +166,18 @@ function refusalFix(pod: Plain, report: ContainerReport, lookupFailed: boolean):
   return fix ? { text: fix.split('\n')[0]! } : undefined;
 }
 
-/** Ops that set the annotations to these values (creating metadata.annotations where the pod has none); none for a value already there. */
+/**
+ * Ops that set the annotations to these values (creating metadata.annotations where the pod has
+ * none); none for a value already there, and none for a pod whose metadata is not an object
+ * (absent, null, a string): the patch never replaces metadata, which is outside what it may touch
+ * (docs/webhook.md, "Nothing else of the pod changes"). The API server sends every pod with one.
+ */
 export function annotationOps(pod: Plain, values: Readonly<Record<string, string>>): JsonPatchOperation[] {
   const metadata = asObject(pod.metadata);
-  const annotations = asObject(metadata?.annotations);
+  if (!metadata) return [];
+  const annotations = asObject(metadata.annotations);
   const changed = Object.entries(values).filter(([key, value]) => annotations?.[key] !== value);
   if (changed.length === 0) return [];
-  if (!metadata) return [{ op: 'add', path: '/metadata', value: { annotations: Object.fromEntries(changed) } }];
   if (!annotations) return [{ op: 'add', path: '/metadata/annotations', value: Object.fromEntries(changed) }];
   // `add` of an existing member replaces it (RFC 6902 4.1).
   return changed.map(([key, value]) => ({ op: 'add', path: `/metadata/annotations/${pointerSegment(key)}`, value }));
@@ -273,12 +275,14 @@ export async function admit(text: string, deps: AdmissionDependencies): Promise<
     const result = await withLookups((registry) => patchObject(pod, deps.options, { registry, claims }), deps.options.registryLookup, lookup);
     const { wrapped, refused, skipped } = readResult(pod, result, claimFailures, answers);
     const annotations: Record<string, string> = {};
-    if (wrapped.length > 0) {
+    // A container without a name (the API server's validation refuses it after admission) has no place in a list of names.
+    const named = wrapped.filter((name) => name !== '');
+    if (named.length > 0) {
       const before = asObject(metadata?.annotations)?.[ANNOTATION_WRAPPED];
       const earlier = typeof before === 'string' ? before.split(',').filter((name) => name !== '') : [];
-      annotations[ANNOTATION_WRAPPED] = [...new Set([...earlier, ...wrapped])].join(',');
+      annotations[ANNOTATION_WRAPPED] = [...new Set([...earlier, ...named])].join(',');
     }
-    if (refused.length > 0) annotations[ANNOTATION_NOT_WRAPPED] = notWrappedAnnotation(refused);
+    if (refused.length > 0) annotations[ANNOTATION_NOT_WRAPPED] = notWrappedAnnotation(refused.map((r) => ({ ...r, container: r.container || '(unnamed)' })));
     const outcome: Outcome = refused.length > 0 ? 'not-wrapped' : wrapped.length > 0 ? 'wrapped' : 'unchanged';
     return allowedAnswer(uid, outcome, {
       dryRun,

@@ -20,15 +20,15 @@
  */
 import { readFileSync } from 'node:fs';
 import { Document, parseAllDocuments } from 'yaml';
-import { optionHelp, parseCommandLine } from '../config/flags.js';
+import { optionHelp, parseCommandLine, refuseRenderOnlyEnv } from '../config/flags.js';
 import { resolveOptions } from '../config/load.js';
 import { CONFIG_FLAG } from '../config/sources.js';
 import { quoteBounded } from '../config/suggest.js';
-import { asObject, applyPatch, patchObject, withLookups, type RegistryAnswers } from '../core/index.js';
+import { ANNOTATION_NOT_WRAPPED, asObject, applyPatch, patchObject, withLookups, type RegistryAnswers } from '../core/index.js';
 import { escapeControl, PreflightError } from '../core/errors.js';
 import type { Options } from '../core/options.js';
 import { VERSION } from '../core/version.js';
-import { admit, ANNOTATION_NOT_WRAPPED, notWrappedAnnotation, type RefusedContainer } from './admission.js';
+import { admit, notWrappedAnnotation, type RefusedContainer } from './admission.js';
 import { DEFAULT_CACHE_SETTINGS, ImageStartCache } from './image-starts.js';
 import { webhookMetrics } from './metrics.js';
 import { registryOptions } from './server.js';
@@ -169,6 +169,7 @@ export async function runAdmit(argv: readonly string[], io: AdmitIO): Promise<nu
       return 0;
     }
     if (line.words.length > 0) throw new PreflightError('USAGE', `unexpected argument ${quoteBounded(line.words[0])}`, { fix: 'admit reads the object on stdin: vram-preflight admit < pod.yaml' });
+    refuseRenderOnlyEnv(io.env, 'admit');
     const configPath = line.wrap.find((f) => f.flag === CONFIG_FLAG)?.value;
     options = resolveOptions({ configPath, flags: line.wrap.filter((f) => f.flag !== CONFIG_FLAG) }, io);
   } catch (error) {

@@ -104,7 +104,10 @@ export function readReview(text: string): Review {
   }
   const reviewIn = asObject(body);
   if (!reviewIn || reviewIn.kind !== 'AdmissionReview' || reviewIn.apiVersion !== REVIEW_VERSION) {
-    return { invalid: invalidAnswer(`the body is not an AdmissionReview ${REVIEW_VERSION} (apiVersion ${echo(reviewIn?.apiVersion)}, kind ${echo(reviewIn?.kind)}); register the webhook with admissionReviewVersions: [v1]`) };
+    // A bare object (someone trying the webhook with curl): say where its answer is.
+    const kind = typeof reviewIn?.kind === 'string' && reviewIn.kind !== 'AdmissionReview' ? echo(reviewIn.kind) : undefined;
+    const bare = kind ? `; for what the webhook would do to a ${kind} without a review: vram-preflight admit < ${kind.toLowerCase()}.yaml (docs/webhook.md, "Try it without a cluster")` : '';
+    return { invalid: invalidAnswer(`the body is not an AdmissionReview ${REVIEW_VERSION} (apiVersion ${echo(reviewIn?.apiVersion)}, kind ${echo(reviewIn?.kind)}); register the webhook with admissionReviewVersions: [v1]${bare}`) };
   }
   const request = asObject(reviewIn.request);
   const uid = request?.uid;

@@ -6,8 +6,8 @@
  */
 import { fileURLToPath } from 'node:url';
 import { isMainThread, parentPort, workerData } from 'node:worker_threads';
-import { CONFIG_FLAG, SCALAR_OPTIONS } from '../config/sources.js';
-import { isRenderOnlyKey, optionHelp, parseCommandLine, RENDER_ONLY_WHY, type FlagRow } from '../config/flags.js';
+import { CONFIG_FLAG } from '../config/sources.js';
+import { optionHelp, parseCommandLine, refuseRenderOnlyEnv, type FlagRow } from '../config/flags.js';
 import { quoteBounded } from '../config/suggest.js';
 import { PreflightError } from '../core/errors.js';
 import { VERSION } from '../core/version.js';
@@ -155,11 +155,7 @@ export function processSettings(argv: readonly string[], io: WebhookIO): { serve
     io.stdout.write(`${VERSION}\n`);
     return undefined;
   }
-  // A render's option in the webhook's environment would be read and then do nothing: said at start instead.
-  const renderOnly = SCALAR_OPTIONS.find((o) => isRenderOnlyKey(o.key) && io.env[o.env] !== undefined);
-  if (renderOnly) {
-    throw new PreflightError('BAD_OPTION', `${renderOnly.env} is an option of the post-renderer, not of the webhook: ${RENDER_ONLY_WHY}`, { fix: `remove ${renderOnly.env} from the webhook's environment` });
-  }
+  refuseRenderOnlyEnv(io.env, 'webhook');
   const w = (flag: string): string | undefined => args.webhook.get(flag);
   const certFile = w('--tls-cert-file');
   const keyFile = w('--tls-key-file');

@@ -79,7 +79,9 @@ function corpus(): CorpusPod[] {
     c.pods.forEach((pod, i) => out.push({ name: `${c.name}#${i}`, pod: pod as k.Plain, options: c.options, optionArgs }));
   }
   const podsDir = path.join(ROOT, 'fixtures/pods');
-  for (const f of readdirSync(podsDir).filter((f) => f.endsWith('.json') && !f.endsWith('.expected.json') && !f.endsWith('.claims.json') && !f.startsWith('dra-'))) {
+  // A pod whose DRA claims lie beside it (<name>.claims.json) needs them in the cluster: test/apiserver/dra.test.ts has those.
+  const files = readdirSync(podsDir);
+  for (const f of files.filter((f) => f.endsWith('.json') && !f.endsWith('.expected.json') && !f.endsWith('.claims.json') && !files.includes(f.replace(/\.json$/, '.claims.json')))) {
     out.push({ name: `pods/${f}`, pod: JSON.parse(readFileSync(path.join(podsDir, f), 'utf8')) as k.Plain, options: DEFAULT_OPTIONS, optionArgs: [] });
   }
   return out;
@@ -197,7 +199,9 @@ describe('pods created through a real kube-apiserver, with the chart\'s webhook 
       const before = c.pod.spec.containers as k.Plain[];
       const after = got!.spec.containers as k.Plain[];
       const annotations = (got!.metadata.annotations ?? {}) as Record<string, string>;
-      const refused = new Set(rendered.containers.filter((r) => r.action === 'error').map((r) => r.container));
+      // Refused (error), or reported as one that cannot be wrapped (a MIG instance): admitted unchanged, said so.
+      const notWrapped = (r: { action: string }) => r.action === 'error' || r.action === 'cannot-wrap';
+      const refused = new Set(rendered.containers.filter(notWrapped).map((r) => r.container));
       const changed: string[] = [];
       before.forEach((container, j) => {
         const what = `${label}: container ${container.name}`;
@@ -214,7 +218,7 @@ describe('pods created through a real kube-apiserver, with the chart\'s webhook 
       else expect(annotations['vram-preflight.io/wrapped'], `${label}: nothing wrapped, no wrapped annotation`).toBeUndefined();
       if (annotations['vram-preflight.io/not-wrapped']) {
         notWrappedPods++;
-        for (const r of rendered.containers.filter((r) => r.action === 'error')) notWrappedNames.push(r.container);
+        for (const r of rendered.containers.filter(notWrapped)) notWrappedNames.push(r.container);
       }
     }
     // kubectl prints each admission warning as `Warning: …`, one per container the webhook did not

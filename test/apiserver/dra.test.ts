@@ -71,8 +71,9 @@ beforeAll(async () => {
 
   // The chart's ClusterRole and binding, as the chart renders them, bound to this test's service account.
   const chart = k.renderChart(`vpt-dra-${RUN}`, NS);
-  const role = chart.find((o) => o.kind === 'ClusterRole');
+  // The webhook's binding, and the role it names (the chart also renders the audit's ClusterRole).
   const binding = chart.find((o) => o.kind === 'ClusterRoleBinding');
+  const role = chart.find((o) => o.kind === 'ClusterRole' && o.metadata.name === binding?.roleRef.name);
   const account = chart.find((o) => o.kind === 'ServiceAccount');
   expect(role && binding && account, 'the chart renders a ClusterRole, its binding and a ServiceAccount').toBeTruthy();
   for (const o of [account, role, binding]) o!.metadata.labels = { ...o!.metadata.labels, 'vram-preflight.test/run': RUN };

@@ -58,7 +58,7 @@ async function podsByKey(ns: string): Promise<Map<string, k.Plain>> {
   const out = new Map<string, k.Plain>();
   for (const item of items) {
     // A list's items carry no kind: the pod as the API server sends it to a webhook does.
-    const pod = { apiVersion: 'v1', kind: 'Pod', ...item };
+    const pod: k.Plain = { apiVersion: 'v1', kind: 'Pod', ...item };
     const l = pod.metadata.labels ?? {};
     const cluster = String(l['ray.io/cluster'] ?? '').replace(/-[a-z0-9]{5}$/, '');
     out.set(`${cluster}/${l['ray.io/node-type']}/${l['ray.io/group']}`, pod);

@@ -73,3 +73,75 @@ describe('? in command/args items', () => {
     expect(block.stdout).toContain('- "?x"\n');
   });
 });
+
+// Issue 26 (fuzz 5, 6): command/args items as sigs.k8s.io/yaml's go-yaml v2 reads them.
+describe('plain command/args items go-yaml reads as no string', () => {
+  // goyaml.v2/resolve.go: YAML 1.1 booleans and nulls, Go integers (0x, 0o, 0b, leading-0 octal, `_`), yamlStyleFloat.
+  for (const plain of ['8000', 'true', 'yes', 'on', 'Off', 'n', '0x10', '0o17', '017', '0b101', '1e3', '1_000', '+12', '-1', '.5', '0.9', '08', '~', 'null', '.inf', '-.Inf', '.NaN', '99999999999999999999999']) {
+    it(`${plain} is refused (BAD_CONTAINER), as the API server refuses it in a string list`, async () => {
+      const run = await runCli([], pod('["vllm", "serve"]', `["--port", ${plain}]`));
+      expect(run.code).toBe(1);
+      expect(run.stdout).toBe('');
+      expect(run.stderr).toContain(`error BAD_CONTAINER: `);
+      expect(run.stderr).toContain(`args[1] of the container is the plain ${JSON.stringify(plain)}, which go-yaml (Helm, kubectl) reads as`);
+      expect(run.stderr).toContain(`fix: quote args[1] ("${plain}")`);
+    });
+  }
+
+  // Strings to go-yaml: a timestamp shape decodes back to its text, `<<` is the merge key's text, 1e999 overflows Go's ParseFloat.
+  for (const plain of ['x8000', '2001-12-14', '1e999', '<<', '0x', '--1', '1.2.3', 'v1', '.x', 'yes-no', 'True1', '0b102']) {
+    it(`${plain} is the string written there`, async () => {
+      const run = await runCli([], pod('["vllm", "serve"]', `["--x", ${plain}, "--gpu-memory-utilization", "0.9"]`));
+      expect(run.stderr).toBe('');
+      expect(run.code).toBe(0);
+      expect(run.stdout).toContain(`- ${JSON.stringify(plain)}\n`);
+    });
+  }
+
+  it('in block style too, and quoted they are strings', async () => {
+    const block = `apiVersion: v1
+kind: Pod
+metadata:
+  name: p
+spec:
+  containers:
+    - name: vllm
+      image: vllm/vllm-openai:v0.8.0
+      command:
+        - vllm
+        - serve
+      args:
+        - --port
+        - PORT
+      resources:
+        limits:
+          nvidia.com/gpu: 1
+`;
+    expect((await runCli([], block.replace('PORT', '8000'))).stderr).toContain('args[1] of the container is the plain "8000"');
+    const quoted = await runCli([], block.replace('PORT', '"8000"').replace('- --port', '- --gpu-memory-utilization\n        - "0.9"\n        - --port'));
+    expect(quoted.code).toBe(0);
+  });
+});
+
+describe('NEL, LS and PS in command/args items: line breaks to go-yaml', () => {
+  it.each([
+    ['"qwen\u0085chat"', 'qwen chat'],
+    ["'qwen\u0085chat'", 'qwen chat'],
+    ['"qwen \u0085  chat"', 'qwen chat'],
+    ['"qwen\u0085\u0085chat"', 'qwen\nchat'],
+    ['"qwen\u2028chat"', 'qwen\u2028chat'],
+    ['"qwen \u2029 chat"', 'qwen\u2029chat'],
+  ])('%j reads as %j (a NEL folds like a line feed; LS and PS are kept, the blanks around them dropped)', async (item, value) => {
+    const run = await runCli([], pod('["vllm", "serve"]', `["--served-model-name", ${item}, "--gpu-memory-utilization", "0.9"]`));
+    expect(run.stderr).toBe('');
+    expect(run.code).toBe(0);
+    const args = /- "--served-model-name"\n\s*- (".*")\n/.exec(run.stdout)?.[1];
+    expect(JSON.parse(args!)).toBe(value);
+  });
+
+  it.each([['qwen\u0085chat'], ['qwen\u2028chat']])('plain %j: refused, go-yaml ends the scalar at the break', async (item) => {
+    const run = await runCli([], pod('["vllm", "serve"]', `["--served-model-name", ${item}]`));
+    expect(run.code).toBe(1);
+    expect(run.stderr).toContain('holds a raw NEL, LS or PS (U+0085, U+2028, U+2029), which go-yaml (Helm, kubectl) reads as a line break that ends the scalar there');
+  });
+});

@@ -63,6 +63,7 @@ describe('one option table, two doors', () => {
     const answer = webhook([], { VRAM_PREFLIGHT_REPORT_FILE: '/tmp/r.json' });
     expect(answer.code).toBe('BAD_OPTION');
     expect(answer.error).toContain('VRAM_PREFLIGHT_REPORT_FILE is an option of the post-renderer, not of the webhook');
+    expect(answer.error).toContain("fix: remove VRAM_PREFLIGHT_REPORT_FILE from the environment of the webhook");
     expect(webhook([], { VRAM_PREFLIGHT_TIMEOUT_SECONDS: '600' }).error).toBeUndefined();
   });
 

@@ -6,7 +6,7 @@
 import { copyFileSync, mkdirSync, readdirSync, readFileSync, statSync } from 'node:fs';
 import path from 'node:path';
 import { parse } from 'yaml';
-import { WEBHOOK_ONLY_MARKERS } from '../../scripts/build.mjs';
+import { AUDIT_ONLY_MARKERS, WEBHOOK_ONLY_MARKERS } from '../../scripts/build.mjs';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { buildArtifacts, ensureHelm, helm, helmEnv, helmOk, PACKAGE_VERSION, removeTempDirs, ROOT, run, tarEntries, tempDir, type Artifacts } from './helpers.js';
 
@@ -19,8 +19,8 @@ beforeAll(() => {
 
 afterAll(removeTempDirs);
 
-describe('plugin.yaml', () => {
-  const text = readFileSync(path.join(ROOT, 'plugin.yaml'), 'utf8');
+describe('plugin.yaml (helm-plugin/plugin.yaml)', () => {
+  const text = readFileSync(path.join(ROOT, 'helm-plugin/plugin.yaml'), 'utf8');
   const meta = parse(text) as Record<string, unknown>;
 
   it('has the version of package.json and src/core/version.ts, in strict semver', () => {
@@ -101,6 +101,28 @@ describe('bundle', () => {
     expect(out.status, out.stderr).toBe(0);
   });
 
+  it('the audit is a file of its own too: the application holds none of its code, and it loads only for `audit`', () => {
+    const app = readFileSync(path.join(art.dist, 'vram-preflight.app.js'), 'latin1');
+    const audit = readFileSync(path.join(art.dist, 'vram-preflight.audit.cjs'), 'utf8');
+    for (const marker of AUDIT_ONLY_MARKERS) {
+      expect(audit, marker).toContain(marker);
+      expect(app, marker).not.toContain(marker);
+    }
+    const dir = tempDir('audit-file');
+    const launcher = path.join(dir, 'gate');
+    copyFileSync(art.bundle, launcher);
+    copyFileSync(path.join(art.dist, 'vram-preflight.app.js'), path.join(dir, 'vram-preflight.app.js'));
+    const env = { PATH: process.env.PATH, HOME: dir };
+    const missing = run(process.execPath, [launcher, 'audit', '--help'], { env, cwd: dir });
+    expect(missing.status).toBe(1);
+    expect(missing.stdout).toBe('');
+    expect(missing.stderr).toBe('vram-preflight: the audit is not part of this install (no vram-preflight.audit.cjs next to gate)\n');
+    copyFileSync(path.join(art.dist, 'vram-preflight.audit.cjs'), path.join(dir, 'vram-preflight.audit.cjs'));
+    const help = run(process.execPath, [launcher, 'audit', '--help'], { env, cwd: dir });
+    expect(help.status, help.stderr).toBe(0);
+    expect(help.stdout).toContain('vram-preflight audit [--namespace NS]');
+  });
+
   it('fails with nothing on stdout and the message on stderr', () => {
     const r = run(process.execPath, [art.bundle, '--timeout-seconds=soon'], { input: 'apiVersion: v1\nkind: ConfigMap\n' });
     expect(r.status).not.toBe(0);
@@ -113,7 +135,7 @@ describe('packaged plugin', () => {
   it('dist/plugin/vram-preflight holds plugin.yaml (unchanged), the Node.js check in bin/, the bundle in dist/, README', () => {
     expect(readdirSync(art.pluginDir).sort()).toEqual(expect.arrayContaining(['README.md', 'bin', 'dist', 'plugin.yaml']));
     expect(readFileSync(path.join(art.pluginDir, 'bin/node-version-guard.cjs'), 'utf8')).toBe(readFileSync(path.join(ROOT, 'bin/node-version-guard.cjs'), 'utf8'));
-    expect(readFileSync(path.join(art.pluginDir, 'plugin.yaml'), 'utf8')).toBe(readFileSync(path.join(ROOT, 'plugin.yaml'), 'utf8'));
+    expect(readFileSync(path.join(art.pluginDir, 'plugin.yaml'), 'utf8')).toBe(readFileSync(path.join(ROOT, 'helm-plugin/plugin.yaml'), 'utf8'));
     const bin = path.join(art.pluginDir, 'dist/vram-preflight.cjs');
     expect(readFileSync(bin).equals(readFileSync(art.bundle))).toBe(true);
     expect(statSync(bin).mode & 0o755).toBe(0o755);
@@ -178,7 +200,7 @@ describe('packaged plugin', () => {
     const installed = path.join(tempDir('npm-root'), 'vram-preflight');
     mkdirSync(path.join(installed, 'dist'), { recursive: true });
     mkdirSync(path.join(installed, 'bin'), { recursive: true });
-    copyFileSync(path.join(ROOT, 'plugin.yaml'), path.join(installed, 'plugin.yaml'));
+    copyFileSync(path.join(ROOT, 'helm-plugin/plugin.yaml'), path.join(installed, 'plugin.yaml'));
     copyFileSync(path.join(ROOT, 'bin/node-version-guard.cjs'), path.join(installed, 'bin/node-version-guard.cjs'));
     copyFileSync(art.bundle, path.join(installed, 'dist/vram-preflight.cjs'));
     copyFileSync(path.join(art.dist, 'vram-preflight.app.js'), path.join(installed, 'dist/vram-preflight.app.js'));

@@ -1,12 +1,16 @@
 /**
  * `npm run release` (scripts/release.mjs) and the installs a release is for,
- * with the real helm v4.1.4 and the real gpg: throwaway keys in a temp
- * GNUPGHOME, the release signed with one of them, and Helm 4's default
+ * with the real helm v3.17.2 and v4.1.4 and the real gpg: throwaway keys in a
+ * temp GNUPGHOME, the release signed with one of them, and Helm 4's default
  * verification on `helm plugin install` of the archive (a file, an HTTP URL),
  * refusals (tampered archive, tampered .prov, wrong key, no .prov, renamed
  * file), `helm plugin verify`, what a git URL install does, and what a
  * missing or too old Node.js looks like under Helm 4 (which hides a plugin's
- * stderr).
+ * stderr). The webhook chart and the images: built once here
+ * (scripts/build-image.sh), released with the chart pinned to the webhook
+ * image's digest, pushed to a real OCI registry on loopback (Debian's
+ * docker-registry) by skopeo and helm; `helm pull --verify` and
+ * `helm install oci://...` from it, and a tampered chart refused.
  */
 import { execFile, spawnSync } from 'node:child_process';
 import { createHash } from 'node:crypto';
@@ -18,12 +22,18 @@ import { promisify } from 'node:util';
 import { parse as parseYaml } from 'yaml';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { CHART, ensureHelm, HELM, helm, helmEnv, helmOk, PACKAGE_VERSION, removeTempDirs, ROOT, run, runOk, tarEntries, tempDir, type Run } from './helpers.js';
+import { requireTools, startRegistry, type Registry } from '../registry/harness.js';
 
 const V = PACKAGE_VERSION;
 const ARCHIVE = `vram-preflight-${V}.tgz`;
 const PROV = `${ARCHIVE}.prov`;
 const KEY_FILE = 'vram-preflight-release-key.gpg';
 const NPM_TGZ = `vram-preflight-npm-${V}.tgz`;
+const CHART_TGZ = `vram-preflight-webhook-${V}.tgz`;
+const CHART_PROV = `${CHART_TGZ}.prov`;
+const WEBHOOK_IMAGE = `vram-preflight-webhook-${V}.oci.tar`;
+const CMP_IMAGE = `vram-preflight-cmp-${V}.oci.tar`;
+const IMAGES_TXT = 'vram-preflight-images.txt';
 const ARGO_TGZ = `vram-preflight-argocd-cmp-${V}.tar.gz`;
 const PASSPHRASE = 'correct horse battery staple';
 
@@ -36,6 +46,11 @@ let otherKeyring: string;
 let out1: string;
 let out2: string;
 let releaseStdout: string;
+/** The images scripts/build-image.sh built here, once, for every release run of this file (--images-from). */
+let imagesDir: string;
+let registry: Registry;
+/** Where the releases publish: the loopback registry and a path in it. */
+let prefix: string;
 
 function gpg(args: string[]): string {
   return runOk('gpg', ['--batch', '--no-tty', '--homedir', gnupg, ...args]);
@@ -51,7 +66,7 @@ function fingerprintOf(uid: string): string {
 function release(outDir: string, extra: string[] = [], cwd = ROOT): Run {
   return run(
     process.execPath,
-    [path.join(cwd, 'scripts/release.mjs'), '--key', projectFpr, '--homedir', gnupg, '--passphrase-file', passFile, '--out', outDir, ...extra],
+    [path.join(cwd, 'scripts/release.mjs'), '--key', projectFpr, '--homedir', gnupg, '--passphrase-file', passFile, '--out', outDir, '--images-from', imagesDir, '--registry', prefix, '--helm', HELM[4], ...extra],
     { cwd, env: { ...process.env, SOURCE_DATE_EPOCH: '' } },
   );
 }
@@ -66,8 +81,15 @@ function copyOf(files: Record<string, string>): string {
 const sha256 = (file: string) => createHash('sha256').update(readFileSync(file)).digest('hex');
 const wrappedCount = (manifests: string) => manifests.split(`# vram-preflight ${V}`).length - 1;
 
-beforeAll(() => {
+beforeAll(async () => {
   ensureHelm();
+  requireTools();
+  // The images, built once (the release's own build of them is scripts/build-image.sh, which test/image covers), and the registry.
+  imagesDir = tempDir('images');
+  const buildImage = (target: string, name: string) =>
+    execFileP('bash', [path.join(ROOT, 'scripts/build-image.sh'), target], { cwd: ROOT, env: { ...process.env, IMAGE_OUT: path.join(imagesDir, name) }, timeout: 180_000 });
+  [registry] = await Promise.all([startRegistry(tempDir('registry'), tempDir('registry-storage'), { kind: 'none' }), buildImage('webhook', WEBHOOK_IMAGE), buildImage('argocd-cmp', CMP_IMAGE)]);
+  prefix = `${registry.host}/vram-preflight`;
   gnupg = tempDir('gnupg');
   chmodSync(gnupg, 0o700);
   passFile = path.join(tempDir('pass'), 'passphrase');
@@ -84,25 +106,27 @@ beforeAll(() => {
   out2 = tempDir('release2');
   // --allow-dirty: the tests also run on a checkout with uncommitted work; a
   // clean clone is released without it below.
-  const r = release(out1, ['--allow-dirty']);
+  const r = release(out1, ['--allow-dirty', '--push', '--plain-http']);
   expect(r.status, r.stderr).toBe(0);
   releaseStdout = r.stdout;
   const again = release(out2, ['--allow-dirty']);
   expect(again.status, again.stderr).toBe(0);
   projectKeyring = path.join(out1, KEY_FILE);
-});
+}, 300_000);
 
-afterAll(() => {
+afterAll(async () => {
   if (gnupg) spawnSync('gpgconf', ['--homedir', gnupg, '--kill', 'gpg-agent']);
+  await registry?.stop();
   removeTempDirs();
 });
 
 describe('npm run release', () => {
-  it('makes the plugin archive, its .prov, the public key, the npm package, the Argo CD build context and SHA256SUMS', () => {
-    expect(readdirSync(out1).sort()).toEqual(['SHA256SUMS', ARCHIVE, PROV, ARGO_TGZ, NPM_TGZ, KEY_FILE].sort());
+  it('makes the plugin archive, its .prov, the public key, the npm package, the Argo CD build context, the webhook chart and its .prov, both images, their list and SHA256SUMS', () => {
+    const published = [ARCHIVE, PROV, ARGO_TGZ, NPM_TGZ, KEY_FILE, CHART_TGZ, CHART_PROV, WEBHOOK_IMAGE, CMP_IMAGE, IMAGES_TXT];
+    expect(readdirSync(out1).sort()).toEqual(['SHA256SUMS', ...published].sort());
     const sums = readFileSync(path.join(out1, 'SHA256SUMS'), 'utf8');
     const lines = sums.trimEnd().split('\n');
-    expect(lines.map((l) => l.split('  ')[1]).sort()).toEqual([ARCHIVE, PROV, ARGO_TGZ, NPM_TGZ, KEY_FILE].sort());
+    expect(lines.map((l) => l.split('  ')[1]).sort()).toEqual([...published].sort());
     for (const l of lines) {
       const [sum, name] = l.split('  ');
       expect(sha256(path.join(out1, name!)), name).toBe(sum);
@@ -118,7 +142,7 @@ describe('npm run release', () => {
     }
     // Every archive entry carries the commit time.
     const commitTime = Number(runOk('git', ['log', '-1', '--format=%ct']).trim());
-    for (const tgz of [ARCHIVE, ARGO_TGZ]) {
+    for (const tgz of [ARCHIVE, ARGO_TGZ, CHART_TGZ]) {
       for (const e of tarEntries(path.join(out1, tgz))) expect(e.mtime, `${tgz} ${e.name}`).toBe(commitTime);
     }
   });
@@ -134,18 +158,18 @@ describe('npm run release', () => {
     expect(clean.stdout).not.toContain('UNCOMMITTED');
     expect(readdirSync(path.join(clone, 'dist/release'))).toContain(PROV);
 
-    writeFileSync(path.join(clone, 'plugin.yaml'), `${readFileSync(path.join(clone, 'plugin.yaml'), 'utf8')}# local edit\n`);
+    writeFileSync(path.join(clone, 'helm-plugin/plugin.yaml'), `${readFileSync(path.join(clone, 'helm-plugin/plugin.yaml'), 'utf8')}# local edit\n`);
     const dirty = release(path.join(clone, 'dist/release'), [], clone);
     expect(dirty.status).toBe(2);
     expect(dirty.stderr).toContain('uncommitted changes');
-    expect(dirty.stderr).toContain('plugin.yaml');
+    expect(dirty.stderr).toContain('helm-plugin/plugin.yaml');
   });
 
-  it('package.json, plugin.yaml, src/core/version.ts and the Argo CD plugin (spec.version, ConfigMap, image tag) carry one version', () => {
+  it('package.json, helm-plugin/plugin.yaml, src/core/version.ts and the Argo CD plugin (spec.version, ConfigMap, image tag) carry one version', () => {
     const read = (rel: string) => readFileSync(path.join(ROOT, rel), 'utf8');
     type Obj = Record<string, any>;
     expect(JSON.parse(read('package.json')).version).toBe(V);
-    expect((parseYaml(read('plugin.yaml')) as Obj).version).toBe(V);
+    expect((parseYaml(read('helm-plugin/plugin.yaml')) as Obj).version).toBe(V);
     expect(read('src/core/version.ts')).toContain(`VERSION = '${V}'`);
     expect((parseYaml(read('deploy/argocd/plugin.yaml')) as Obj).spec.version).toBe(`v${V}`);
     const cm = parseYaml(read('deploy/argocd/cmp-plugin-configmap.yaml')) as Obj;
@@ -174,6 +198,9 @@ describe('npm run release', () => {
       ['docs/detection.md', /`0\.14\.1rc1` < `0\.14\.1` < `0\.14\.1\.1`/, "how vLLM's Python versions order"],
       ['docs/webhook.md', /Prometheus text format 0\.0\.4/, "Prometheus' exposition format version"],
       ['*', /\(since 0\.\d+\.\d+\)/, 'history: when something was introduced'],
+      ['docs/gpu-results.md', /[Tt]he 0\.3\.0 script/, 'dated GPU runs of the 0.3.0 preflight script'],
+      ['docs/webhook.md', /A 0\.3\.0 install/, 'taking over what a 0.3.0 install left in the cluster'],
+      ['deploy/webhook/templates/webhook.yaml', /0\.3\.0 kept only/, 'taking over what a 0.3.0 install left in the cluster'],
     ];
     const files = [
       'README.md',
@@ -201,7 +228,7 @@ describe('npm run release', () => {
     expect([chart.version, chart.appVersion]).toEqual([V, V]);
   });
 
-  it("docs/install.md's signing-key recipe, run as written: the key it makes signs a release that Helm 4 installs with the keyring it exports", () => {
+  it("docs/install.md's signing-key recipe, run as written: the key it makes signs a release that Helm 4 installs and Helm 3 verifies with the keyring it exports", () => {
     const doc = readFileSync(path.join(ROOT, 'docs/install.md'), 'utf8');
     const section = doc.slice(doc.indexOf('### A signing key'), doc.indexOf('### The release'));
     const blocks = [...section.matchAll(/```sh\n([\s\S]*?)```/g)].map((m) => m[1]!);
@@ -215,18 +242,22 @@ describe('npm run release', () => {
     // release is that script), into a temp dir, from a checkout that may have
     // uncommitted work; the helm of the tests.
     const releaseBlock = blocks[1]!
-      .replace('npm run release -- ', `${JSON.stringify(process.execPath)} ${JSON.stringify(path.join(ROOT, 'scripts/release.mjs'))} --allow-dirty --out ${JSON.stringify(out)} `)
+      .replace('npm run release -- ', `${JSON.stringify(process.execPath)} ${JSON.stringify(path.join(ROOT, 'scripts/release.mjs'))} --allow-dirty --out ${JSON.stringify(out)} --images-from ${JSON.stringify(imagesDir)} `)
       .replace('dist/release/vram-preflight-<v>.tgz', path.join(out, ARCHIVE))
-      .replace(/^helm /m, `${JSON.stringify(HELM[4])} `);
+      .replace('dist/release/vram-preflight-webhook-<v>.tgz', path.join(out, CHART_TGZ))
+      .replace(/^helm plugin /m, `${JSON.stringify(HELM[4])} plugin `)
+      // The chart's check with Helm 3, which reads RSA keys only.
+      .replace(/^helm verify /m, `${JSON.stringify(HELM[3])} verify `);
     try {
       const r = run('bash', ['-euo', 'pipefail', '-c', `${blocks[0]}\n${releaseBlock}`], { cwd: work, env });
       expect(r.status, r.stderr).toBe(0);
       expect(r.stdout).toContain('Installed plugin: vram-preflight');
       const fpr = r.stdout.split('\n').find((l) => /^[0-9A-F]{40}$/.test(l))!;
       expect(fpr, r.stdout).toBeDefined();
-      // The key exported by the recipe is the key the release exported, and it is Ed25519 (algorithm 22).
+      expect(r.stdout).toContain(`Chart Hash Verified: sha256:${sha256(path.join(out, CHART_TGZ))}`);
+      // The key exported by the recipe is the key the release exported, and it is RSA 4096 (algorithm 1).
       expect(readFileSync(path.join(work, KEY_FILE)).equals(readFileSync(path.join(out, KEY_FILE)))).toBe(true);
-      expect(runOk('gpg', ['--batch', '--homedir', home, '--with-colons', '--list-keys', fpr])).toMatch(/^pub:[^:]*:255:22:/m);
+      expect(runOk('gpg', ['--batch', '--homedir', home, '--with-colons', '--list-keys', fpr])).toMatch(/^pub:[^:]*:4096:1:/m);
       expect(helmOk(4, ['plugin', 'list'], env)).toMatch(new RegExp(`^vram-preflight\\s+${V.replace(/\./g, '\\.')}\\s+postrenderer/v1\\s+v1\\s+signed`, 'm'));
     } finally {
       spawnSync('gpgconf', ['--homedir', home, '--kill', 'gpg-agent']);
@@ -259,12 +290,12 @@ describe('npm run release', () => {
     expect(ourSums!.trim()).toBe(`files:\n  ${ARCHIVE}: sha256:${sha256(path.join(out1, ARCHIVE))}`);
   });
 
-  it('the npm package (npm pack) holds the bundle, the Node.js check, plugin.yaml, both schemas, CHANGELOG, README and docs', () => {
+  it('the npm package (npm pack) holds the bundle, the Node.js check, plugin.yaml, the schemas, CHANGELOG, README and docs', () => {
     const entries = tarEntries(path.join(out1, NPM_TGZ)).filter((e) => e.type === '0');
     const names = entries.map((e) => e.name.replace(/^package\//, '')).sort();
-    const docs = readdirSync(path.join(ROOT, 'docs')).map((d) => `docs/${d}`);
+    const docs = (readdirSync(path.join(ROOT, 'docs'), { recursive: true }) as string[]).map((d) => `docs/${d}`).filter((d) => statSync(path.join(ROOT, d)).isFile());
     expect(names).toEqual(
-      ['README.md', 'bin/node-version-guard.cjs', 'dist/vram-preflight.app.js', 'dist/vram-preflight.cjs', 'dist/vram-preflight.webhook.cjs', 'package.json', 'plugin.yaml', 'src/config.schema.json', 'src/report.schema.json', 'CHANGELOG.md', ...docs].sort(),
+      ['README.md', 'bin/node-version-guard.cjs', 'dist/vram-preflight.app.js', 'dist/vram-preflight.cjs', 'dist/vram-preflight.webhook.cjs', 'dist/vram-preflight.audit.cjs', 'package.json', 'plugin.yaml', 'src/audit.schema.json', 'src/config.schema.json', 'src/report.schema.json', 'CHANGELOG.md', ...docs].sort(),
     );
     const pluginBundle = tarEntries(path.join(out1, ARCHIVE)).find((e) => e.name === 'vram-preflight/dist/vram-preflight.cjs')!;
     const npmBundle = entries.find((e) => e.name === 'package/dist/vram-preflight.cjs')!;
@@ -288,7 +319,7 @@ describe('npm run release', () => {
     const entries = tarEntries(path.join(out1, ARGO_TGZ));
     const files = entries.filter((e) => e.type === '0');
     const committed = runOk('git', ['ls-files', 'deploy/argocd']).trim().split('\n').sort();
-    expect(files.map((e) => e.name).sort()).toEqual([...committed, 'dist/vram-preflight.cjs', 'dist/vram-preflight.app.js', 'dist/vram-preflight.webhook.cjs'].sort());
+    expect(files.map((e) => e.name).sort()).toEqual([...committed, 'dist/vram-preflight.cjs', 'dist/vram-preflight.app.js', 'dist/vram-preflight.webhook.cjs', 'dist/vram-preflight.audit.cjs'].sort());
     for (const e of files.filter((f) => f.name.startsWith('deploy/'))) {
       expect(e.data.equals(readFileSync(path.join(ROOT, e.name))), e.name).toBe(true);
     }
@@ -378,6 +409,91 @@ describe('helm 4 plugin install <archive> with default verification', () => {
 });
 
 // ---------------------------------------------------------------------------
+// The webhook chart and the images, as an operator gets them: from the OCI
+// registry the release pushed to (docker-registry on loopback, plain HTTP).
+
+describe('the webhook chart and images, from the OCI registry', () => {
+  const digestOf = (archive: string) => runOk('skopeo', ['inspect', '--format', '{{.Digest}}', `oci-archive:${path.join(out1, archive)}`]).trim();
+  const chartRef = () => `oci://${prefix}/charts/vram-preflight-webhook`;
+  type Values = { image: { repository: string; digest: string; tag: string } };
+  const valuesIn = (tgz: string) => parseYaml(tarEntries(tgz).find((e) => e.name === 'vram-preflight-webhook/values.yaml')!.data.toString('utf8')) as Values;
+
+  it("the chart's default image is the released webhook image, pinned by digest; the list names both images by digest", () => {
+    const values = valuesIn(path.join(out1, CHART_TGZ));
+    expect(values.image).toMatchObject({ repository: `${prefix}/vram-preflight-webhook`, digest: digestOf(WEBHOOK_IMAGE) });
+    expect(values.image.digest).toMatch(/^sha256:[0-9a-f]{64}$/);
+    expect(readFileSync(path.join(out1, IMAGES_TXT), 'utf8')).toBe(
+      `${prefix}/vram-preflight-webhook:${V}@${digestOf(WEBHOOK_IMAGE)}\n${prefix}/vram-preflight-cmp:${V}@${digestOf(CMP_IMAGE)}\n`,
+    );
+    // Everything else of the chart is deploy/webhook as committed (less what .helmignore leaves out).
+    const chart = tarEntries(path.join(out1, CHART_TGZ)).filter((e) => e.type === '0');
+    // (helm package writes Chart.yaml anew from what it read: the same values.)
+    expect(parseYaml(chart.find((e) => e.name === 'vram-preflight-webhook/Chart.yaml')!.data.toString('utf8'))).toEqual(parseYaml(readFileSync(path.join(ROOT, 'deploy/webhook/Chart.yaml'), 'utf8')));
+    for (const e of chart.filter((f) => !f.name.endsWith('/values.yaml') && !f.name.endsWith('/Chart.yaml'))) {
+      expect(e.data.equals(readFileSync(path.join(ROOT, 'deploy/webhook', e.name.replace(/^vram-preflight-webhook\//, '')))), e.name).toBe(true);
+    }
+    expect(chart.map((e) => e.name)).not.toContain('vram-preflight-webhook/Containerfile');
+  });
+
+  it('the registry holds both images by digest and by the version tag, the bytes the release built', () => {
+    for (const [archive, name] of [[WEBHOOK_IMAGE, 'vram-preflight-webhook'], [CMP_IMAGE, 'vram-preflight-cmp']] as const) {
+      const digest = digestOf(archive);
+      expect(runOk('skopeo', ['inspect', '--no-tags', '--tls-verify=false', '--format', '{{.Digest}}', `docker://${prefix}/${name}@${digest}`]).trim()).toBe(digest);
+      expect(runOk('skopeo', ['inspect', '--no-tags', '--tls-verify=false', '--format', '{{.Digest}}', `docker://${prefix}/${name}:${V}`]).trim()).toBe(digest);
+    }
+    expect(releaseStdout).toContain(`release: chart ${chartRef()} --version ${V} (pushed)`);
+  });
+
+  it.each([3, 4] as const)('helm %i pull --verify from the registry passes against the release key, and gets the released bytes', (major) => {
+    const env = helmEnv();
+    const dest = tempDir(`pull${major}`);
+    const r = helm(major, ['pull', chartRef(), '--version', V, '--plain-http', '--verify', '--keyring', projectKeyring, '--destination', dest], env);
+    expect(r.status, r.stderr).toBe(0);
+    expect(r.stdout + r.stderr).toContain(`Chart Hash Verified: sha256:${sha256(path.join(out1, CHART_TGZ))}`);
+    expect(readFileSync(path.join(dest, CHART_TGZ)).equals(readFileSync(path.join(out1, CHART_TGZ)))).toBe(true);
+    expect(readFileSync(path.join(dest, CHART_PROV)).equals(readFileSync(path.join(out1, CHART_PROV)))).toBe(true);
+  });
+
+  it('helm install oci://… --version X renders the released image (helm 4 install --dry-run=client, helm 3 template), verified', () => {
+    const image = `${prefix}/vram-preflight-webhook@${digestOf(WEBHOOK_IMAGE)}`;
+    const installed = helmOk(4, ['install', 'vram-preflight', chartRef(), '--version', V, '--plain-http', '--verify', '--keyring', projectKeyring, '--namespace', 'vram-preflight', '--dry-run=client'], helmEnv());
+    expect(installed).toContain(`image: "${image}"`);
+    expect(installed).toContain('installed as vram-preflight-webhook in the namespace vram-preflight');
+    const templated = helmOk(3, ['template', 'vram-preflight', chartRef(), '--version', V, '--plain-http', '--verify', '--keyring', projectKeyring], helmEnv());
+    expect(templated).toContain(`image: "${image}"`);
+    expect(helmOk(3, ['show', 'readme', chartRef(), '--version', V, '--plain-http'], helmEnv())).toMatch(/^# vram-preflight-webhook\n/);
+  });
+
+  it('a tampered chart is refused: another image digest repacked under the same name and version, pushed with the released .prov', () => {
+    // The attack: a registry (or a mirror) serving a chart that runs another image, with the genuine signature.
+    const work = tempDir('tamper');
+    runOk('tar', ['-xzf', path.join(out1, CHART_TGZ), '-C', work]);
+    const valuesFile = path.join(work, 'vram-preflight-webhook/values.yaml');
+    writeFileSync(valuesFile, readFileSync(valuesFile, 'utf8').replace(/digest: "sha256:[0-9a-f]{64}"/, `digest: "sha256:${'e'.repeat(64)}"`));
+    const evil = tempDir('evil');
+    helmOk(4, ['package', path.join(work, 'vram-preflight-webhook'), '--destination', evil], helmEnv());
+    copyFileSync(path.join(out1, CHART_PROV), path.join(evil, CHART_PROV));
+    helmOk(4, ['push', path.join(evil, CHART_TGZ), `oci://${prefix}/mirror`, '--plain-http'], helmEnv());
+    const ref = `oci://${prefix}/mirror/vram-preflight-webhook`;
+    for (const major of [3, 4] as const) {
+      const dest = tempDir('tampered-pull');
+      const pulled = helm(major, ['pull', ref, '--version', V, '--plain-http', '--verify', '--keyring', projectKeyring, '--destination', dest], helmEnv());
+      expect(pulled.status, `helm ${major}`).not.toBe(0);
+      expect(pulled.stderr).toContain('sha256 sum does not match');
+      const installed = helm(major, [major === 4 ? 'install' : 'template', 'x', ref, '--version', V, '--plain-http', '--verify', '--keyring', projectKeyring, ...(major === 4 ? ['--dry-run=client'] : [])], helmEnv());
+      expect(installed.status, `helm ${major}`).not.toBe(0);
+      expect(installed.stdout).not.toContain('eeeeeeee');
+    }
+    // Unsigned, it would have installed the other image: the check is what stops it.
+    expect(helmOk(4, ['template', 'x', ref, '--version', V, '--plain-http'], helmEnv())).toContain(`@sha256:${'e'.repeat(64)}`);
+    // And the genuine chart against a keyring without the release key is refused too.
+    const wrongKey = helm(4, ['pull', chartRef(), '--version', V, '--plain-http', '--verify', '--keyring', otherKeyring, '--destination', tempDir('wrong-key')], helmEnv());
+    expect(wrongKey.status).not.toBe(0);
+    expect(wrongKey.stderr).toMatch(/signature made by unknown entity|unknown entity/);
+  });
+});
+
+// ---------------------------------------------------------------------------
 // URLs: a static HTTP server on 127.0.0.1 (helm runs asynchronously meanwhile).
 
 let server: Server | undefined;
@@ -395,7 +511,9 @@ async function startServer(): Promise<void> {
       res.writeHead(404).end('not found');
       return;
     }
-    res.writeHead(200, { 'content-type': 'application/octet-stream' }).end(readFileSync(file));
+    // As a web server would: .tgz as application/gzip, but GitHub-style octet-stream under /octet-stream/.
+    const type = rel.endsWith('.tgz') && !rel.startsWith('/octet-stream/') ? 'application/gzip' : 'application/octet-stream';
+    res.writeHead(200, { 'content-type': type }).end(readFileSync(file));
   });
   await new Promise<void>((resolve) => server!.listen(0, '127.0.0.1', resolve));
   baseUrl = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
@@ -412,9 +530,11 @@ async function helmAsync(args: string[], env: NodeJS.ProcessEnv): Promise<Run> {
   }
 }
 
+// One server for the URL tests of both Helm versions.
+beforeAll(startServer);
+afterAll(() => new Promise<void>((resolve) => (server ? server.close(() => resolve()) : resolve())));
+
 describe('helm 4 plugin install <URL>', () => {
-  beforeAll(startServer);
-  afterAll(() => new Promise<void>((resolve) => (server ? server.close(() => resolve()) : resolve())));
 
   it('https://…/vram-preflight-<version>.tgz: fetches URL + ".prov", verifies, installs', async () => {
     mkdirSync(path.join(served, 'v1'));
@@ -445,34 +565,82 @@ describe('helm 4 plugin install <URL>', () => {
     expect(t.stderr).toContain('sha256 sum does not match');
   });
 
-  it('a git URL: refused under default verification; with --verify=false the install hook says the bundle is missing and points to the release archive, and so does every render', async () => {
-    // The repository as committed (plugin.yaml and bin/, no dist/), served over
-    // git's "dumb" HTTP protocol. (Helm 4.1.4 cannot detect a VCS in a file:// URL.)
-    const bare = path.join(served, 'vram-preflight.git');
-    runOk('git', ['clone', '--quiet', '--bare', '--no-hardlinks', ROOT, bare]);
-    runOk('git', ['--git-dir', bare, 'update-server-info']);
-    const url = `${baseUrl}/vram-preflight.git`;
-
+  it('a git URL: refused under default verification, and with --verify=false (the repository has no plugin.yaml at its top): nothing installed', async () => {
+    const url = gitUrl();
     const env = helmEnv();
     const strict = await helmAsync(['plugin', 'install', url], env);
     expect(strict.status).not.toBe(0);
     expect(strict.stderr).toContain('plugin source does not support verification. Use --verify=false to skip verification');
-    expect(existsSync(path.join(env.HELM_DATA_HOME, 'plugins'))).toBe(false);
-
     const loose = await helmAsync(['plugin', 'install', url, '--verify=false'], env);
     expect(loose.status).not.toBe(0);
-    expect(loose.stderr).toContain('vram-preflight: the plugin has no bundle');
-    expect(loose.stderr).toContain(`helm plugin install <release URL or file>/vram-preflight-${V}.tgz`);
-    expect(loose.stderr).toContain('Error: plugin install hook for "vram-preflight" exited with error');
-    // Helm keeps what it copied (as plugins/vram-preflight.git), so the plugin is listed...
-    expect((await helmAsync(['plugin', 'list'], env)).stdout).toMatch(/^vram-preflight\s/m);
-    // ...and a render fails with the same words, through Helm's YAML error (Helm 4 drops a plugin's stderr).
-    const render = await helmAsync(['template', 'zoo', CHART, '--post-renderer', 'vram-preflight'], env);
-    expect(render.status).not.toBe(0);
-    expect(render.stdout).toBe('');
-    expect(render.stderr).toContain('node contents:\n# vram-preflight: the plugin has no bundle');
-    expect(render.stderr).toContain(`vram-preflight-${V}.tgz`);
-    expect((await helmAsync(['plugin', 'uninstall', 'vram-preflight'], env)).status).toBe(0);
+    expect(loose.stderr).toContain('plugin metadata (plugin.yaml) missing');
+    const plugins = path.join(env.HELM_DATA_HOME, 'plugins');
+    expect(existsSync(plugins) ? readdirSync(plugins) : []).toEqual([]);
+  });
+});
+
+/** The repository as committed, served over git's "dumb" HTTP protocol (Helm cannot detect a VCS in a file:// URL). */
+let servedGit: string | undefined;
+function gitUrl(): string {
+  if (!servedGit) {
+    const bare = path.join(served, 'vram-preflight.git');
+    runOk('git', ['clone', '--quiet', '--bare', '--no-hardlinks', ROOT, bare]);
+    runOk('git', ['--git-dir', bare, 'update-server-info']);
+    servedGit = `${baseUrl}/vram-preflight.git`;
+  }
+  return servedGit;
+}
+
+// Helm 3 users `helm plugin install <URL>` out of habit (helm-diff, helm-secrets). Helm 3 cannot load
+// a postrenderer/v1 plugin.yaml, and one it linked anyway broke `helm plugin list` for every plugin.
+// Every way in is refused before anything is installed; docs/install.md says what Helm 3 takes instead.
+describe('helm 3 plugin install <URL>: refused before it installs anything, and the other plugins stay', () => {
+  async function helm3(args: string[], env: NodeJS.ProcessEnv): Promise<Run> {
+    try {
+      const r = await execFileP(HELM[3], args, { env, encoding: 'utf8' });
+      return { status: 0, stdout: r.stdout, stderr: r.stderr };
+    } catch (e) {
+      const err = e as { code?: number; stdout?: string; stderr?: string };
+      return { status: typeof err.code === 'number' ? err.code : 1, stdout: err.stdout ?? '', stderr: err.stderr ?? '' };
+    }
+  }
+  /** A Helm 3 data directory with another plugin in it, as a user's would be. */
+  function withOtherPlugin(): NodeJS.ProcessEnv & { HELM_DATA_HOME: string } {
+    const env = helmEnv();
+    const other = path.join(env.HELM_DATA_HOME, 'plugins', 'other');
+    mkdirSync(other, { recursive: true });
+    writeFileSync(path.join(other, 'plugin.yaml'), 'name: other\nversion: 1.0.0\nusage: another plugin\ndescription: another plugin\ncommand: echo\n');
+    return env;
+  }
+
+  it.each([
+    ['the git URL of the repository', () => gitUrl(), 'plugin metadata (plugin.yaml) missing'],
+    // Served as application/gzip, Helm 3 downloads and unpacks it: plugin.yaml is one directory down (Helm 4's archive layout).
+    ['the release archive from a server that says application/gzip', () => `${baseUrl}/gzip/${ARCHIVE}`, 'plugin metadata (plugin.yaml) missing'],
+    // Served as application/octet-stream (GitHub release assets), Helm 3.17 takes it for a VCS.
+    ['the release archive from a server that says application/octet-stream', () => `${baseUrl}/octet-stream/${ARCHIVE}`, 'Cannot detect VCS'],
+    ['the release archive as a file', () => path.join(out1, ARCHIVE), 'expected plugin to be a folder'],
+  ])('%s', async (_what, source, message) => {
+    for (const dir of ['octet-stream', 'gzip']) {
+      mkdirSync(path.join(served, dir), { recursive: true });
+      copyFileSync(path.join(out1, ARCHIVE), path.join(served, dir, ARCHIVE));
+    }
+    const env = withOtherPlugin();
+    const r = await helm3(['plugin', 'install', source()], env);
+    expect(r.status).not.toBe(0);
+    expect(r.stderr).toContain(message);
+    expect(readdirSync(path.join(env.HELM_DATA_HOME, 'plugins'))).toEqual(['other']);
+    const list = await helm3(['plugin', 'list'], env);
+    expect(list.status, list.stderr).toBe(0);
+    expect(list.stdout).toMatch(/^other\s+1\.0\.0/m);
+  });
+
+  it("docs/install.md says so, and what Helm 3 takes instead: the executable as --post-renderer", () => {
+    const doc = readFileSync(path.join(ROOT, 'docs/install.md'), 'utf8');
+    const section = doc.slice(doc.indexOf('## Helm 3'), doc.indexOf('\n## ', doc.indexOf('## Helm 3') + 5));
+    expect(section).toContain('helm plugin install');
+    expect(section).toContain('plugin metadata (plugin.yaml) missing');
+    expect(section).toContain('--post-renderer vram-preflight');
   });
 });
 
@@ -537,7 +705,7 @@ describe('Node.js missing or older than 20', () => {
   });
 
   it('with Node.js 20+ the check costs no extra process: the plugin runs `node -r <check> <bundle>`', () => {
-    const plugin = parseYaml(readFileSync(path.join(ROOT, 'plugin.yaml'), 'utf8')) as { runtimeConfig: { platformCommand: Array<{ command: string; args: string[] }> } };
+    const plugin = parseYaml(readFileSync(path.join(ROOT, 'helm-plugin/plugin.yaml'), 'utf8')) as { runtimeConfig: { platformCommand: Array<{ command: string; args: string[] }> } };
     expect(plugin.runtimeConfig.platformCommand).toEqual([
       { command: 'node', args: ['-r', '${HELM_PLUGIN_DIR}/bin/node-version-guard.cjs', '${HELM_PLUGIN_DIR}/dist/vram-preflight.cjs'] },
     ]);

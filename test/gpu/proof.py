@@ -14,6 +14,15 @@ that `nvidia-smi` is a shim counting queries into $NVSMI_LOG.
   sigterm     (with --faults-fail) SIGTERM while a slow query runs: exit 143 within 1 s,
               as PID 1 (unshare --pid) where possible and as a plain process; no nvidia-smi
               (nor the shim) left running 1 s after the exit.
+  threshold   (with --threshold SCRIPT...) vLLM's own rule, at each script's utilization u: memory
+              held (hold.py) so that nvidia-smi's free sits at the script's need, then 2 MiB under
+              it. At the need the wrapped check must start on the first query and vLLM's check
+              pass; under it the preflight must wait (exit 75 at a 2 s timeout). Records by how
+              much vLLM's check passes (the excess) at the need and just under it.
+  context     (on the idle GPU) what a fresh process takes of nvidia-smi's free memory: its CUDA
+              context, a first tensor, a one-process NCCL group (context.py): contextMiB's ground.
+  child-holds-pipe  (with --faults-warn/--faults-fail) child-holds-pipe.sh: an nvidia-smi that
+              leaves a child holding its output; ends at the limit, nothing left running.
   two-gpu     only with >= 2 GPUs: one held, one free; CUDA_VISIBLE_DEVICES by index and by
               UUID selecting the held or the free one, for the race, the cold start and the
               timeout; and no CUDA_VISIBLE_DEVICES (sees both: must wait).
@@ -32,6 +41,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 PY = sys.executable
 HOG = os.path.join(HERE, "hog.py")
+HOLD = os.path.join(HERE, "hold.py")
 CHECK = os.path.join(HERE, "check.py")
 
 p = argparse.ArgumentParser()
@@ -44,7 +54,8 @@ p.add_argument("--hold", type=float, default=6.0, help="seconds the dying engine
 p.add_argument("--fraction", type=float, default=0.9, help="share of CUDA's total the dying engine holds")
 p.add_argument("--timeout-s", type=int, default=10)
 p.add_argument("--shells", default="/bin/sh", help="comma list; races repeat under the first, once under the others")
-p.add_argument("--only", default="race,no-preflight,timeout,cold,slow,sigterm,two-gpu")
+p.add_argument("--only", default="race,no-preflight,timeout,cold,slow,sigterm,context,threshold,child-holds-pipe,two-gpu")
+p.add_argument("--threshold", nargs="*", default=[], help="scripts rendered at other utilizations (threshold proof)")
 p.add_argument("--work", default=None, help="per-run files (default OUT/work)")
 p.add_argument("--faults-warn", default=None, help="script rendered with on-unavailable warn and a short per-query limit")
 p.add_argument("--faults-fail", default=None, help="the same with on-unavailable fail")
@@ -369,7 +380,7 @@ def sigterm_case(tag, path, shell, pid1, sig=signal.SIGTERM):
     env = dict(os.environ, NVSMI_LOG=smilog, NVSMI_DELAY=str(delay), VRAM_PROOF_TAG=tag)
     cmd = [shell, "-ec", text, "--", PY, CHECK, "--util", UTIL, "--out", res_path]
     if pid1:
-        cmd = ["unshare", "--pid", "--fork", "--kill-child", *cmd]
+        cmd = ["unshare", "--pid", "--fork", "--kill-child", "--mount-proc", *cmd]
     pr = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     t0 = time.time()
     while queries(smilog) < 1 and time.time() - t0 < 30:
@@ -509,6 +520,102 @@ def two_gpu():
     th.join(timeout=60)
     return res
 
+# ---- threshold (issue 26): the wait ends exactly when vLLM's own check will pass ----
+
+def script_settings(text):
+    """util, headroom and the one-GPU context estimate written into a script."""
+    m = re.search(r"^util=([0-9.]+) headroom_mib=(\d+) context_mib=(\d+) ", text, re.M)
+    if not m:
+        sys.exit("no util=... headroom_mib=... context_mib=... line: render the script with this version")
+    return m.group(1), int(m.group(2)), int(m.group(3))
+
+
+def smi_total_reserved():
+    out = subprocess.run([os.environ["NVSMI_REAL"], "--id=0", "--query-gpu=memory.total,memory.reserved", "--format=csv,noheader,nounits"],
+                         capture_output=True, text=True, check=True).stdout
+    total, reserved = (int(x) for x in out.split(","))
+    return total, reserved
+
+
+def ceil_mul(n, u):
+    """ceil(n x u) for a decimal string u, on integers (as the script does)."""
+    i, _, f = u.partition(".")
+    den = 10 ** len(f)
+    num = int(i) * den + int(f or "0")
+    return -(-n * num // den)
+
+
+def threshold_runs(paths):
+    total, reserved = smi_total_reserved()
+    ct = total - reserved
+    hold = subprocess.Popen([PY, HOLD, "--device", "0"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=open(os.path.join(WORK, "hold.log"), "w"), text=True)
+    ready = json.loads(hold.stdout.readline())
+    out = {"nvidia_smi_total": total, "nvidia_smi_reserved": reserved, "cuda_total_expected": ct, "hold_pid": ready["pid"],
+           "runs": []}
+
+    def hold_at(target):
+        hold.stdin.write(f"free {target}\n")
+        hold.stdin.flush()
+        return json.loads(hold.stdout.readline())
+
+    def check(tag, u):
+        res_path = os.path.join(WORK, f"{tag}.check.json")
+        pr = subprocess.run([PY, CHECK, "--util", u, "--out", res_path], capture_output=True, text=True)
+        chk = json.load(open(res_path)) if os.path.exists(res_path) else None
+        return pr.returncode, chk
+
+    MiB = 1 << 20
+    for path in paths:
+        text = open(path).read()
+        u, headroom, context = script_settings(text)
+        text = re.sub(r"timeout_s=\d+", "timeout_s=2", text, count=1)
+        text = re.sub(r"^msg_file=.*$", f"msg_file={os.path.join(os.path.abspath(WORK), 'threshold.termination-log')}", text, count=1, flags=re.M)
+        request = ceil_mul(ct, u)
+        need = request + context + headroom
+        r = {"u": u, "context_mib": context, "headroom_mib": headroom, "vllm_request_mib": request, "need_mib": need}
+        for where, target in (("at_need", need), ("under_need", need - 2)):
+            held = hold_at(target)
+            tag = f"threshold-{u}-{where}"
+            smilog = os.path.join(WORK, f"{tag}.nvidia-smi.log")
+            res_path = os.path.join(WORK, f"{tag}.check.json")
+            t0 = time.time()
+            pr = subprocess.run([SHELLS[0], "-ec", text, "--", PY, CHECK, "--util", u, "--out", res_path],
+                                env=dict(os.environ, NVSMI_LOG=smilog), capture_output=True, text=True, timeout=120)
+            dt = time.time() - t0
+            chk = json.load(open(res_path)) if os.path.exists(res_path) else None
+            if chk is None:  # the preflight did not start it: vLLM's check on its own, now
+                _rc, chk_direct = check(f"{tag}-direct", u)
+            else:
+                chk_direct = None
+            c = chk or chk_direct
+            r[where] = {
+                "smi_free_held": held["free"],
+                "preflight_exit": pr.returncode,
+                "preflight_s": round(dt, 3),
+                "nvidia_smi_queries": queries(smilog),
+                "preflight_lines": lines(pr.stderr),
+                "exec_happened": chk is not None,
+                "check_direct": chk_direct is not None,
+                "check_passed": bool(c and c["ok"]),
+                "cuda_free_mib": c and c["free"] / MiB,
+                "cuda_total_mib": c and c["total"] / MiB,
+                "vllm_requested_mib": c and c["requested"] / MiB,
+                # by how much vLLM's check passed (negative: failed), and what its process took of the free memory
+                "excess_mib": c and round((c["free"] - c["requested"]) / MiB, 1),
+                "context_taken_mib": c and round(held["free"] - c["free"] / MiB, 1),
+            }
+        a, b = r["at_need"], r["under_need"]
+        r["ok"] = (a["preflight_exit"] == 0 and a["exec_happened"] and a["nvidia_smi_queries"] == 1 and a["check_passed"]
+                   and b["preflight_exit"] == 75 and not b["exec_happened"])
+        log(json.dumps(r))
+        out["runs"].append(r)
+    hold.stdin.write("quit\n")
+    hold.stdin.flush()
+    hold.wait(timeout=60)
+    return out
+
+
 log("GPU before:", smi_free())
 if "race" in ONLY:
     results["race"] = [race(f"race{i + 1}", SHELLS[0]) for i in range(a.repeats)]
@@ -533,6 +640,17 @@ if "sigterm" in ONLY and a.faults_fail:
     results["sigterm"] = [sigterm_case(f"sigterm-{label(s)}-{'pid1' if p1 else 'plain'}", a.faults_fail, s, p1)
                           for s in SHELLS for p1 in pid1s]
     results["sigterm"].append(sigterm_case(f"sigint-{label(SHELLS[0])}", a.faults_fail, SHELLS[0], pid1s[0], signal.SIGINT))
+if "context" in ONLY:
+    cp = subprocess.run([PY, os.path.join(HERE, "context.py"), os.path.join(WORK, "context.json")], capture_output=True, text=True, timeout=300)
+    results["context"] = json.load(open(os.path.join(WORK, "context.json"))) if cp.returncode == 0 else {"error": cp.stderr[-2000:]}
+    log(json.dumps({"context": results["context"]}))
+if "child-holds-pipe" in ONLY and a.faults_fail and a.faults_warn:
+    cp = subprocess.run(["sh", os.path.join(HERE, "child-holds-pipe.sh"), os.path.dirname(os.path.abspath(a.faults_fail))],
+                        capture_output=True, text=True, timeout=600)
+    results["child_holds_pipe"] = {"exit_code": cp.returncode, "lines": cp.stdout.splitlines(), "stderr": cp.stderr[-2000:]}
+    log(json.dumps({"child_holds_pipe": results["child_holds_pipe"]}))
+if "threshold" in ONLY and a.threshold:
+    results["threshold"] = threshold_runs(a.threshold)
 if "two-gpu" in ONLY:
     results["two_gpu"] = two_gpu()
 log("GPU after:", smi_free())
@@ -558,6 +676,12 @@ for r in results.get("slow", []):
 for r in results.get("sigterm", []):
     r["ok"] = sigterm_verdict(r)
     ok &= r["ok"]
+for r in results.get("threshold", {}).get("runs", []):
+    ok &= r["ok"]
+if "child_holds_pipe" in results:
+    ok &= results["child_holds_pipe"]["exit_code"] == 0
+if "context" in results:
+    ok &= "error" not in results["context"]
 tg = results.get("two_gpu", {})
 for k in ("race", "cold", "timeout"):
     ok &= all(r["ok"] for r in tg.get(k, []))

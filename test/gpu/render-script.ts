@@ -5,7 +5,8 @@
  *       [--headroom 0] [--log 5] [--on-unavailable fail] [--smi-timeout 10]     # one script
  * The set: preflight.sh (the race, cold start, timeout: on-unavailable fail, 10 s per query)
  * and, next to it, preflight-faults-warn.sh and preflight-faults-fail.sh (4 s per query,
- * for the slow-query and SIGTERM-during-a-query proofs). test/gpu/out/ is git-ignored:
+ * for the slow-query and SIGTERM-during-a-query proofs) and preflight-threshold-U.sh for
+ * U in THRESHOLD_UTILIZATIONS (the threshold proof: vLLM's own rule at each U). test/gpu/out/ is git-ignored:
  * carry it to the GPU machine (it has no node). Any script works as the proof's input,
  * e.g. args[0] of a container rewritten by the CLI (see test/gpu/extract-script.py).
  */
@@ -22,12 +23,15 @@ for (let i = 0; i < argv.length; i++) {
   else out = a;
 }
 const num = (k: string, d: number): number => (opts[k] === undefined ? d : Number(opts[k]));
+/** The utilizations at which issue 26 asks the threshold to be proven. */
+const THRESHOLD_UTILIZATIONS = [0.5, 0.7, 0.8, 0.85, 0.9, 0.95];
 
 function settings(over: Partial<PreflightSettings> = {}): PreflightSettings {
   return {
     version: '0.1.0',
     utilization: num('utilization', 0.9),
     headroomMiB: num('headroom', 0),
+    contextMiB: opts['context'] === undefined || opts['context'] === 'auto' ? 'auto' : Number(opts['context']),
     timeoutSeconds: num('timeout', 120),
     pollIntervalSeconds: num('poll', 0.25),
     logIntervalSeconds: num('log', 5),
@@ -52,4 +56,5 @@ if (out !== undefined) {
   write(join(dir, 'preflight.sh'), settings());
   write(join(dir, 'preflight-faults-warn.sh'), settings({ onNvidiaSmiUnavailable: 'warn', nvidiaSmiTimeoutSeconds: 4 }));
   write(join(dir, 'preflight-faults-fail.sh'), settings({ onNvidiaSmiUnavailable: 'fail', nvidiaSmiTimeoutSeconds: 4 }));
+  for (const u of THRESHOLD_UTILIZATIONS) write(join(dir, `preflight-threshold-${u}.sh`), settings({ utilization: u }));
 }

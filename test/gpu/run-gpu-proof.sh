@@ -15,7 +15,8 @@
 #          `npx tsx test/gpu/render-script.ts`; or args[0] of a rewritten container,
 #          extracted with test/gpu/extract-script.py). preflight-faults-warn.sh and
 #          preflight-faults-fail.sh next to it (rendered with it) enable the fault proofs:
-#          a slow nvidia-smi (over and under the per-query limit) and SIGTERM during a query.
+#          a slow nvidia-smi (over and under the per-query limit) and SIGTERM during a query;
+#          preflight-threshold-U.sh the threshold proof (vLLM's own rule at each U).
 # OUT_DIR  where results.json, proof.log and env.txt go (default test/gpu/out/results);
 #          everything else (shims, per-run logs) goes to a temporary directory.
 # Scenarios on two or more GPUs run only where nvidia-smi lists at least two.
@@ -56,16 +57,22 @@ for mode in warn fail; do
   f="$sdir/preflight-faults-$mode.sh"
   if [ -r "$f" ]; then faults+=("--faults-$mode" "$f"); fi
 done
+# the threshold proof: scripts rendered at other utilizations, next to the main one
+threshold=()
+for f in "$sdir"/preflight-threshold-*.sh; do
+  if [ -r "$f" ]; then threshold+=("$f"); fi
+done
+if [ "${#threshold[@]}" -gt 0 ]; then faults+=(--threshold "${threshold[@]}"); fi
 
 {
   echo "date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
   echo "kernel: $(uname -srm)"
-  echo "gpus: $("$real" --query-gpu=index,name,driver_version,memory.total,uuid --format=csv,noheader | tr '\n' ';')"
+  echo "gpus: $("$real" --query-gpu=index,name,driver_version,memory.total,memory.reserved,memory.free,uuid --format=csv,noheader | tr '\n' ';')"
   echo "/bin/sh: $sh_real"
   echo "shells: $shells"
   echo "unshare --pid (PID 1 runs): $(unshare --pid --fork --kill-child true 2>/dev/null && echo yes || echo no)"
   echo "python: $(python3 -c 'import sys, torch; print(sys.version.split()[0], "torch", torch.__version__, "cuda", torch.version.cuda)')"
-  for f in "$script" "$sdir"/preflight-faults-*.sh; do
+  for f in "$script" "$sdir"/preflight-faults-*.sh "$sdir"/preflight-threshold-*.sh; do
     [ -r "$f" ] || continue
     echo "script: $f ($(wc -c <"$f") bytes, sha256 $(sha256sum "$f" | cut -c1-16)): $(grep -m1 '^util=' "$f")"
   done

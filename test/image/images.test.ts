@@ -7,6 +7,7 @@
  * containers here) with nothing from this machine but the kernel.
  */
 import { execFile, spawn, spawnSync } from 'node:child_process';
+import { createHash } from 'node:crypto';
 import { cpSync, copyFileSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import https from 'node:https';
 import { tmpdir } from 'node:os';
@@ -116,9 +117,9 @@ describe('the webhook image', () => {
   });
 
   it('holds Node, its libraries, the bundle and its code cache, and no shell', () => {
-    expect(readdirSync(path.join(rootfs, 'app')).sort()).toEqual(['vram-preflight.app.js', 'vram-preflight.cjs', 'vram-preflight.webhook.cjs', ...cacheFiles(path.join(rootfs, 'app'))].sort());
+    expect(readdirSync(path.join(rootfs, 'app')).sort()).toEqual(['vram-preflight.app.js', 'vram-preflight.audit.cjs', 'vram-preflight.cjs', 'vram-preflight.webhook.cjs', ...cacheFiles(path.join(rootfs, 'app'))].sort());
     expect(cacheFiles(path.join(rootfs, 'app'))).toHaveLength(1);
-    for (const f of ['vram-preflight.app.js', 'vram-preflight.webhook.cjs']) expect(readFileSync(path.join(rootfs, 'app', f))).toEqual(readFileSync(path.join(ROOT, 'dist', f)));
+    for (const f of ['vram-preflight.app.js', 'vram-preflight.webhook.cjs', 'vram-preflight.audit.cjs']) expect(readFileSync(path.join(rootfs, 'app', f))).toEqual(readFileSync(path.join(ROOT, 'dist', f)));
     for (const shell of ['bin/sh', 'usr/bin/sh', 'bin/bash', 'usr/bin/bash']) expect(statSync(path.join(rootfs, shell), { throwIfNoEntry: false }), shell).toBeUndefined();
   });
 
@@ -223,6 +224,19 @@ describe('the Argo CD sidecar image', () => {
     expect(version.stdout.trim()).toBe(VERSION);
     const helm = inRootfs(rootfs, '999:999', envOf(config), ['helm', 'version', '--template', '{{.Version}}']);
     expect(helm.stdout).toMatch(/^v3\./);
+  });
+
+  it('its helm is the binary scripts/fetch-helm.sh pins by sha256, and the build refuses any other', () => {
+    const pinned = /^ {4}3\) echo "\S+ \S+ v3\.\S+ ([0-9a-f]{64})" ;;$/m.exec(readFileSync(path.join(ROOT, 'scripts/fetch-helm.sh'), 'utf8'))![1]!;
+    expect(createHash('sha256').update(readFileSync(path.join(rootfs, 'usr/local/bin/helm'))).digest('hex')).toBe(pinned);
+    // A cached helm that is not those bytes (but may well say it is v3.17.2) is refused.
+    const cache = path.join(work, 'helm-cache');
+    mkdirSync(path.join(cache, 'v3'), { recursive: true });
+    writeFileSync(path.join(cache, 'v3/helm'), Buffer.concat([readFileSync(path.join(ROOT, '.cache/helm/v3/helm')), Buffer.from('x')]));
+    const check = spawnSync('bash', [path.join(ROOT, 'scripts/fetch-helm.sh'), '--check', '3'], { encoding: 'utf8', env: { ...process.env, HELM_BIN_CACHE: cache } });
+    expect(check.status).toBe(1);
+    expect(check.stderr).toContain(`is not the pinned helm (sha256 ${pinned})`);
+    expect(spawnSync('bash', [path.join(ROOT, 'scripts/fetch-helm.sh'), '--check', '3']).status).toBe(0);
   });
 
   it('renders a chart through generate.sh inside its root filesystem, as argocd-cmp-server would run it', () => {

@@ -20,6 +20,7 @@ import {
   EXIT_TIMEOUT,
 } from '../../src/core/preflight.js';
 import {
+  CUDA_TOTAL,
   IS_ROOT,
   SHELLS,
   cleanupTempDirs,
@@ -137,9 +138,47 @@ describe.each(SHELLS)('faults under $name', (shell) => {
       await nothingLeft(r);
     });
 
+    // issue 27, the preflight's leftovers: what nvidia-smi starts and leaves behind is no longer its
+    // descendant; it carries the run's mark, by which the script finds and ends it.
+    it.each([
+      ['a copy that escaped while nvidia-smi hangs', 'escaped', 'fail', false],
+      ['a copy that escaped while nvidia-smi hangs', 'escaped', 'warn', true],
+      ['an orphan of an nvidia-smi that answered', 'orphan', 'fail', false],
+      ['an orphan of an nvidia-smi that answered', 'orphan', 'warn', false],
+      ['an orphan of an nvidia-smi that answered', 'orphan', 'warn', true],
+      ['an orphan of an nvidia-smi that answered', 'orphan', 'fail', true],
+    ] as const)('%s, holding the output (%s, %s mode, PID 1: %s): ends at the limit, and nothing outlives the script nor passes to vLLM', async (_n, hangIn, mode, pid1) => {
+      const r = await run(shell, {
+        pid1,
+        readings: [{ out: FREE, hang: true, hangIn }],
+        settings: { timeoutSeconds: 30, nvidiaSmiTimeoutSeconds: 1, onNvidiaSmiUnavailable: mode },
+      });
+      expect(r.lines.at(-1)).toMatch(HUNG(1));
+      expect(r.ms).toBeGreaterThanOrEqual(1000 - 100);
+      expect(r.ms).toBeLessThan(1000 + 5000);
+      if (mode === 'warn') {
+        execed(r);
+        expect(r.engineChildren).toEqual([]);
+      } else {
+        expect(r.code).toBe(EXIT_NVIDIA_SMI_UNAVAILABLE);
+        notExeced(r);
+      }
+      onlyOurLines(r);
+      await nothingLeft(r);
+    });
+
+    it.each([false, true])('a child nvidia-smi leaves running after a good answer is ended before vLLM starts (PID 1: %s)', async (pid1) => {
+      const r = await run(shell, { pid1, readings: [{ out: FREE, leaveChild: true }] });
+      execed(r);
+      expect(r.queries).toHaveLength(1);
+      expect(r.engineChildren).toEqual([]);
+      onlyOurLines(r);
+      await nothingLeft(r);
+    });
+
     it('a process that holds the output and cannot be stopped does not hold the script: it goes on at the limit', async () => {
       const h = start(shell, {
-        readings: [{ out: '', hang: true, hangIn: 'escaped' }],
+        readings: [{ out: '', hang: true, hangIn: 'escaped-unmarked' }],
         settings: { timeoutSeconds: 30, nvidiaSmiTimeoutSeconds: 1, onNvidiaSmiUnavailable: 'fail' },
       });
       const t0 = performance.now();
@@ -152,7 +191,8 @@ describe.each(SHELLS)('faults under $name', (shell) => {
       expect(r.lines.at(-1)).toMatch(HUNG(1));
       expect(ms).toBeGreaterThanOrEqual(1000 - 100);
       expect(ms).toBeLessThan(1000 + 5000);
-      expect(left.map((p) => p.cmd)).toEqual([expect.stringMatching(/sleep 100000$/)]); // only the escaped copy
+      // only the copy without the mark (the stand-in for a process no signal ends) is left
+      expect(left.map((p) => p.cmd)).toEqual([expect.stringMatching(/sleep 100000$/)]);
     });
 
     it('slow but under the limit: waits for the answer and goes on polling', async () => {
@@ -271,7 +311,7 @@ describe.each(SHELLS)('faults under $name', (shell) => {
       ['nvidia-smi lists fewer GPUs', [two(143000, 5000), { out: gpuLine(0, 143000) }], /nvidia-smi now lists 1 GPU\(s\), 2 when the wait began \(did a GPU fall off the bus\?\)/],
       ['nvidia-smi lists more GPUs', [{ out: SHORT }, two(143000, 143000)], /nvidia-smi now lists 2 GPU\(s\), 1 when the wait began/],
       ['nvidia-smi prints a partial row', [{ out: SHORT }, { out: '0, GPU-0aaaaaaa-bbbb-cccc-dddd-eeeeeeeeeeee, 1437\n' }], /unreadable line: 0, GPU-0aaaaaaa-bbbb-cccc-dddd-eeeeeeeeeeee, 1437/],
-      ['nvidia-smi prints a garbled row', [{ out: SHORT }, { out: '0, GPU-0a\u0000\u0007##, 143771, 99x\n' }], /GPU 0 memory reads total=143771 free=99x/],
+      ['nvidia-smi prints a garbled row', [{ out: SHORT }, { out: '0, GPU-0a\u0000\u0007##, 143771, 99x, Disabled, 616\n' }], /GPU 0 memory reads total=143771 free=99x/],
       ['nvidia-smi says the GPU is lost', [{ out: SHORT }, { out: 'Unable to determine the device handle for GPU0000:1B:00.0: GPU is lost.  Reboot the system to recover this GPU\n', rc: 15 }], /nvidia-smi failed \(exit status 15\)/],
     ];
 
@@ -328,14 +368,14 @@ describe.each(SHELLS)('faults under $name', (shell) => {
       expect(r.lines).toHaveLength(2);
       onlyOurLines(r);
       // the run directory holds only what the fakes recorded: the script wrote nothing
-      expect(r.files.filter((f) => !/^(bin|busybox-bin|engine.*|not-executable|reading\.\d+.*|apps|queries|sleeps|deadline-sleeps|smi-pids)$/.test(f))).toEqual([]);
+      expect(r.files.filter((f) => !/^(bin|busybox-bin|engine.*|not-executable|reading\.\d+.*|apps|queries|all-queries|sleeps|deadline-sleeps|smi-pids)$/.test(f))).toEqual([]);
     });
 
     it('the only write is the termination message, and it works as uid 65534', async () => {
       const r = await fault(shell, { lockdown: true, nonRoot: true, readings: [{ out: '', hang: true }], settings: { onNvidiaSmiUnavailable: 'fail' } });
       expect(r.code).toBe(EXIT_NVIDIA_SMI_UNAVAILABLE);
       expect(r.terminationMessage).toBe(`${r.lines.at(-1)}\n`);
-      expect(r.files.filter((f) => !/^(bin|busybox-bin|engine.*|not-executable|reading\.\d+.*|apps|queries|sleeps|deadline-sleeps|smi-pids|termination-log)$/.test(f))).toEqual([]);
+      expect(r.files.filter((f) => !/^(bin|busybox-bin|engine.*|not-executable|reading\.\d+.*|apps|queries|all-queries|sleeps|deadline-sleeps|smi-pids|termination-log)$/.test(f))).toEqual([]);
       await nothingLeft(r);
     });
 
@@ -434,9 +474,6 @@ describe.each(SHELLS)('utilization from the start\'s arguments under $name', (sh
     [['--gpu-memory_utilization', '+.75'], '0.75'],
     [['--gpu-memory-utilization', '0.5', '--model', 'm', '--gpu-memory-utilization=0.7'], '0.7'],
     [['--gpu-memory-utilization', '0.1234567'], '0.123457'],
-    [['--gpu-memory-utilization', '1'], '1'],
-    [['--gpu-memory-utilization', '1.0E0'], '1'],
-    [['--gpu-memory-utilization', '0.99999999'], '1'],
     [['--gpu-memory-utilization', '5e-9'], '0.000001'],
     // reproducer v0.2/preflight-utilization-with-whitespace: float() strips ASCII whitespace
     [['--gpu-memory-utilization', '0.9\n'], '0.9'],
@@ -445,9 +482,60 @@ describe.each(SHELLS)('utilization from the start\'s arguments under $name', (sh
     [['--gpu-memory-utilization=\t0.8\r\n'], '0.8'],
     [['--gpu-memory-utilization', '0.9_5'], '0.95'],
   ])('%j: waits for %s of each GPU', async (args, shown) => {
-    const r = await run(shell, { settings: fromArgs, readings: [{ out: gpuLine(0, 143771) }], args });
+    const r = await run(shell, { settings: fromArgs, readings: [{ out: gpuLine(0, 143156) }], args });
     execed(r, args);
-    expect(r.lines[0]).toContain(`(${shown} x 143771 MiB total`);
+    expect(r.lines[0]).toContain(` for vLLM: ${shown} x ${CUDA_TOTAL} MiB CUDA total`);
+  });
+
+  // issue 26: a variable the start's shell script expands into vLLM's command line (KServe's
+  // ${VLLM_ADDITIONAL_ARGS}), read at run time from the same variable.
+  const fromVariables = { utilization: { words: [{ variable: 'VLLM_ADDITIONAL_ARGS' }], fallback: 0.9 } };
+  it.concurrent.each([
+    ['--gpu-memory-utilization 0.95', '0.95'],
+    ['--max-model-len 8192 --gpu_memory_utilization=0.5 --enable-dbo', '0.5'],
+    ['--gpu-memory-utilization 0.6 --gpu-memory-utilization 0.7', '0.7'],
+    ['*  --gpu-memory-utilization\t0.8 /*', '0.8'],
+    ['', '0.9'],
+    ['--enable-dbo', '0.9'],
+  ])('$VLLM_ADDITIONAL_ARGS=%j: waits for %s of each GPU', async (value, shown) => {
+    const r = await run(shell, { settings: fromVariables, readings: [{ out: gpuLine(0, 143156) }], env: { VLLM_ADDITIONAL_ARGS: value } });
+    execed(r);
+    expect(r.lines[0]).toContain(` for vLLM: ${shown} x ${CUDA_TOTAL} MiB CUDA total`);
+  });
+
+  it.concurrent.each([
+    [{ VLLM_ADDITIONAL_ARGS: '--gpu-memory-utilization' }, '"" in $VLLM_ADDITIONAL_ARGS'],
+    [{ VLLM_ADDITIONAL_ARGS: '--gpu-memory-utilization=abc' }, '"abc" in $VLLM_ADDITIONAL_ARGS'],
+  ])('%j: exits 78 naming the variable, before any nvidia-smi query', async (env, says) => {
+    const r = await run(shell, { settings: fromVariables, env });
+    expect(r.code).toBe(EXIT_BAD_UTILIZATION);
+    notExeced(r);
+    expect(r.queries).toEqual([]);
+    expect(r.lines.at(-1)).toContain(says);
+  });
+
+  it('--gpu-memory-utilization $U: the value is the variable\'s at run time; unset, exit 78', async () => {
+    const settings = { utilization: { words: [{ literal: '--gpu-memory-utilization' }, { variable: 'U' }], fallback: 0.9 } };
+    const set = await run(shell, { settings, readings: [{ out: gpuLine(0, 143156) }], env: { U: '0.7' } });
+    execed(set);
+    expect(set.lines[0]).toContain(` for vLLM: 0.7 x ${CUDA_TOTAL} MiB CUDA total`);
+    const unset = await run(shell, { settings });
+    expect(unset.code).toBe(EXIT_BAD_UTILIZATION);
+    expect(unset.lines.at(-1)).toContain('"" in $U');
+  });
+
+  // A value read as 1 asks for the whole GPU: vLLM's check can never pass (its context takes memory first).
+  it.concurrent.each([
+    [['--gpu-memory-utilization', '1']],
+    [['--gpu-memory-utilization', '1.0E0']],
+    [['--gpu-memory-utilization', '0.99999999']],
+  ])('%j reads as 1: exits 78 at once, saying no GPU can pass vLLM\'s check', async (args) => {
+    const r = await run(shell, { settings: fromArgs, readings: [{ out: gpuLine(0, 143156) }], args });
+    expect(r.code).toBe(EXIT_BAD_UTILIZATION);
+    notExeced(r);
+    expect(r.queries).toHaveLength(1);
+    expect(r.sleeps).toEqual([]);
+    expect(r.lines.at(-1)).toContain(`--gpu-memory-utilization 1 asks vLLM for all ${CUDA_TOTAL} MiB of GPU 0`);
   });
 
   it.concurrent.each([

@@ -26,7 +26,7 @@ export const MOUNT = which('mount');
 export const IS_ROOT = process.getuid?.() === 0;
 
 /** Applets the script (and the fakes) use, provided by busybox in the busybox variant. */
-const BUSYBOX_APPLETS = ['awk', 'sleep', 'date', 'cat', 'wc', 'kill', 'printf', 'sh', 'env', 'rm', 'mkdir'];
+const BUSYBOX_APPLETS = ['awk', 'sleep', 'date', 'cat', 'wc', 'kill', 'printf', 'sh', 'env', 'rm', 'mkdir', 'cut', 'grep'];
 
 export interface ShellKind {
   name: string;
@@ -54,18 +54,48 @@ export interface Reading {
   ignoreTerm?: boolean;
   /**
    * Hang in a process the fake starts, which keeps its stdout open: 'child' is a wrapper script
-   * waiting for it; 'escaped' leaves a copy that is no longer its descendant (as a process stuck in
-   * the driver, which no signal ends, stands for one the script cannot stop).
+   * waiting for it; 'escaped' leaves a copy that is no longer its descendant; 'escaped-unmarked'
+   * the same without the preflight's mark (standing for one the script cannot stop, as a process
+   * stuck in the driver, which no signal ends); 'orphan' answers, exits, and leaves a child
+   * holding the output.
    */
-  hangIn?: 'child' | 'escaped';
+  hangIn?: 'child' | 'escaped' | 'escaped-unmarked' | 'orphan';
+  /**
+   * How many --query-gpu fields this nvidia-smi knows (an older driver): a query asking for more
+   * answers exit status 2, as nvidia-smi does for a field it does not know. Default: all six.
+   */
+  knowsFields?: number;
+  /** After answering, leave a child running that does not hold the output (a wrapper's daemon). */
+  leaveChild?: boolean;
 }
 
+/** An H200 as nvidia-smi reads it (field notes): total and the driver's reserve, in MiB. */
 export const TOTAL = 143771;
-/** ceil(0.9 * 143771) = ceil(129393.9) */
-export const NEED_09 = 129394;
+export const RESERVED = 616;
+/** What CUDA can use: total - reserved. */
+export const CUDA_TOTAL = TOTAL - RESERVED;
+/** The default context estimate on one GPU (CONTEXT_MIB_AUTO.oneGpu). */
+export const CONTEXT_ONE = 768;
+/** ceil(0.9 * 143155) = ceil(128839.5): what vLLM asks at 0.9. */
+export const REQUEST_09 = 128840;
+/** The preflight's need at 0.9 on one GPU: vLLM's request plus its context. */
+export const NEED_09 = REQUEST_09 + CONTEXT_ONE;
+/** How the need at 0.9 is explained in the log lines. */
+export const HOW_09 = `${REQUEST_09} for vLLM: 0.9 x ${CUDA_TOTAL} MiB CUDA total = ${TOTAL} - ${RESERVED} reserved; ${CONTEXT_ONE} for its CUDA context; 0 headroom`;
 
-export function gpuLine(index: number, free: number, total = TOTAL, uuid = `GPU-${index}aaaaaaa-bbbb-cccc-dddd-eeeeeeeeeeee`): string {
-  return `${index}, ${uuid}, ${total}, ${free}\n`;
+/**
+ * One GPU's row as nvidia-smi answers the preflight's query
+ * (index,uuid,memory.total,memory.free,mig.mode.current,memory.reserved); the fake cuts it to
+ * the fields a query asks for.
+ */
+export function gpuLine(
+  index: number,
+  free: number,
+  total = TOTAL,
+  uuid = `GPU-${index}aaaaaaa-bbbb-cccc-dddd-eeeeeeeeeeee`,
+  { reserved = String(RESERVED), mig = 'Disabled' }: { reserved?: string; mig?: string } = {},
+): string {
+  return `${index}, ${uuid}, ${total}, ${free}, ${mig}, ${reserved}\n`;
 }
 
 export const DEFAULTS: PreflightSettings = {
@@ -157,6 +187,8 @@ export interface Result {
   engineArgv?: string[];
   engineEnv?: Record<string, string>;
   enginePid?: number;
+  /** `PID STATE` of each process the engine inherited as its child, zombies too (none, when all is well). */
+  engineChildren?: string[];
   /** stderr lines starting with `vram-preflight:`. */
   lines: string[];
   terminationMessage?: string;
@@ -203,29 +235,42 @@ export function start(shell: ShellKind, opts: RunOptions = {}): Run {
     writeFileSync(join(dir, `reading.${i + 1}.rc`), String(r.rc ?? 0));
     writeFileSync(join(dir, `reading.${i + 1}.delay`), String(r.delay ?? 0));
     writeFileSync(join(dir, `reading.${i + 1}.hang`), r.hang ? (r.hangIn ?? (r.ignoreTerm ? 'ignore-term' : 'hang')) : '');
+    writeFileSync(join(dir, `reading.${i + 1}.knows`), String(r.knowsFields ?? 6));
+    writeFileSync(join(dir, `reading.${i + 1}.leave`), r.leaveChild ? 'yes' : '');
   });
   writeFileSync(join(dir, 'apps'), opts.apps ?? '');
 
   const realSleep = shell.busyboxOnly ? `${BUSYBOX} sleep` : SLEEP;
   if (!opts.noNvidiaSmi) {
-    // Replays reading.N on the Nth --query-gpu call (the last one repeats) and records each call.
+    // Replays reading.N on the Nth --query-gpu reading (the last one repeats) and records each call;
+    // a query for more fields than the reading's driver knows answers exit status 2 (and is not
+    // counted as a reading), and the answer is cut to the fields asked for.
     writeFileSync(
       join(bin, 'nvidia-smi'),
       `#!/bin/sh
 D=${sh(dir)}
 echo $$ >>"$D/smi-pids"
 case "$*" in *--query-compute-apps*) echo x >>"$D/apps-calls"; ${opts.appsHang ? `exec ${realSleep} 100000 ;;` : 'cat "$D/apps"; exit 0 ;;'} esac
-echo "$*" >>"$D/queries"
-n=$(wc -l <"$D/queries"); n=$((n))
+echo "$*" >>"$D/all-queries"
+n=$(cat "$D/queries" 2>/dev/null | wc -l); n=$((n + 1))
 [ -f "$D/reading.$n" ] || n=${readings.length}
+fields=$(echo "$*" | cut -d' ' -f1 | cut -d= -f2)
+asked=1 rest=$fields
+while [ "\${rest#*,}" != "$rest" ]; do rest=\${rest#*,}; asked=$((asked + 1)); done
+if [ "$asked" -gt "$(cat "$D/reading.$n.knows")" ]; then echo "Field \"memory.reserved\" is not a valid field to query."; exit 2; fi
+echo "$*" >>"$D/queries"
 case $(cat "$D/reading.$n.hang") in
 hang) exec ${realSleep} 100000 ;;
 ignore-term) trap '' TERM; exec ${realSleep} 100000 ;;
 child) ${realSleep} 100000; exit 0 ;;
 escaped) (${realSleep} 100000 &); exec ${realSleep} 100000 ;;
+escaped-unmarked) (env -u VRAM_PREFLIGHT_QUERY ${realSleep} 100000 &); exec ${realSleep} 100000 ;;
+orphan) cut -d, -f1-"$asked" "$D/reading.$n"; ${realSleep} 100000 & exit 0 ;;
 esac
 ${realSleep} "$(cat "$D/reading.$n.delay")"
-cat "$D/reading.$n"
+# cut only when asked for fewer fields: busybox cut ends a line at a NUL byte
+if [ "$asked" = 6 ]; then cat "$D/reading.$n"; else cut -d, -f1-"$asked" "$D/reading.$n"; fi
+[ -z "$(cat "$D/reading.$n.leave")" ] || ${realSleep} 100000 >/dev/null 2>&1 &
 exit "$(cat "$D/reading.$n.rc")"
 `,
     );
@@ -267,6 +312,17 @@ case $(wc -l <${sh(join(dir, 'date-calls'))}) in 1) echo 1000 ;; 2) echo 87400 ;
 [ "$#" -eq 0 ] || printf '%s\\0' "$@" >${sh(join(dir, 'engine-argv'))}
 /usr/bin/env -0 >${sh(join(dir, 'engine-env'))}
 echo $$ >${sh(join(dir, 'engine-pid'))}
+# the processes it inherited (its children, zombies too), found with builtins only; by its pid
+# as this /proc numbers it (under unshare --pid without its own /proc, that is not $$)
+read -r me _ </proc/self/stat
+kids() {
+  for f in /proc/[0-9]*/stat; do
+    { read -r line <"$f"; } 2>/dev/null || continue
+    set -- \${line##*) }
+    [ "$2" != "$me" ] || { f=\${f#/proc/}; echo "\${f%/stat} $1"; }
+  done
+}
+kids >${sh(join(dir, 'engine-children'))}
 `,
   );
   chmodSync(engine, 0o755);
@@ -279,7 +335,7 @@ echo $$ >${sh(join(dir, 'engine-pid'))}
   if (opts.noAwk) {
     const tools = join(dir, 'tools');
     spawnSync('mkdir', ['-p', tools]);
-    for (const t of ['cat', 'wc', 'date']) spawnSync('ln', ['-s', shell.busyboxOnly ? BUSYBOX : which(t), join(tools, t)]);
+    for (const t of ['cat', 'wc', 'date', 'cut']) spawnSync('ln', ['-s', shell.busyboxOnly ? BUSYBOX : which(t), join(tools, t)]);
     pathTail = tools;
   }
   const env: Record<string, string> = {
@@ -315,7 +371,8 @@ echo $$ >${sh(join(dir, 'engine-pid'))}
     argv = ['/bin/sh', '-ec', setup, '--', ...argv];
   }
   const ns = opts.lockdown ? ['--mount'] : [];
-  const cmd = opts.pid1 || opts.lockdown ? [UNSHARE, '--pid', '--fork', '--kill-child', ...ns, ...(IS_ROOT ? [] : ['--map-root-user']), ...argv] : argv;
+  // PID 1 of its own PID namespace with its own /proc, as in a container
+  const cmd = opts.pid1 || opts.lockdown ? [UNSHARE, '--pid', '--fork', '--kill-child', '--mount-proc', ...ns, ...(IS_ROOT ? [] : ['--map-root-user']), ...argv] : argv;
   const t0 = performance.now();
   const child = spawn(cmd[0]!, cmd.slice(1), { env, cwd: dir, stdio: ['ignore', 'pipe', 'pipe'] });
   let stdout = '';
@@ -345,6 +402,7 @@ echo $$ >${sh(join(dir, 'engine-pid'))}
         engineArgv: readNul(join(dir, 'engine-argv')),
         engineEnv: envList && Object.fromEntries(envList.map((kv) => [kv.slice(0, kv.indexOf('=')), kv.slice(kv.indexOf('=') + 1)])),
         enginePid: existsSync(join(dir, 'engine-pid')) ? Number(readFileSync(join(dir, 'engine-pid'), 'utf8')) : undefined,
+        engineChildren: existsSync(join(dir, 'engine-children')) ? readLines(join(dir, 'engine-children')) : undefined,
         lines: stderr.split('\n').filter((l) => l.startsWith('vram-preflight:')),
         terminationMessage: termPath.startsWith(dir) && existsSync(termPath) ? readFileSync(termPath, 'utf8') : undefined,
       });

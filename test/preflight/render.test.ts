@@ -25,7 +25,35 @@ const variants: PreflightSettings[] = [
   { ...base, utilization: 0.123456, pollIntervalSeconds: 2, logIntervalSeconds: 60, version: '1.2.3-rc.1+build.5' },
   { ...base, terminationMessagePath: '/tmp/x/termination_log-1.txt' },
   { ...base, utilization: 'from-args', nvidiaSmiTimeoutSeconds: 30 },
+  { ...base, utilization: { words: [{ variable: 'VLLM_ADDITIONAL_ARGS' }], fallback: 0.9 }, contextMiB: 1024 },
 ];
+
+/**
+ * The shell text outside quotes and comments, as the shell tokenises it: a single-quoted string
+ * (an awk program) becomes '', a double-quoted one "" (but "$msg_file", kept), so what is left
+ * is the shell's own syntax, redirections included.
+ */
+function unquotedShell(script: string): string {
+  let out = '';
+  for (let i = 0; i < script.length; i++) {
+    const c = script[i]!;
+    if (c === '\\') {
+      out += script.slice(i, i + 2);
+      i++;
+    } else if (c === "'") {
+      i = script.indexOf("'", i + 1);
+      out += "''";
+    } else if (c === '"') {
+      let j = i + 1;
+      while (script[j] !== '"') j += script[j] === '\\' ? 2 : 1;
+      out += script.slice(i, j + 1) === '"$msg_file"' ? '"$msg_file"' : '""';
+      i = j;
+    } else if (c === '#' && (i === 0 || /\s/.test(script[i - 1]!))) {
+      i = script.indexOf('\n', i) - 1;
+    } else out += c;
+  }
+  return out;
+}
 
 /** Kubernetes' expansion of command/args: $$ -> $, $(NAME) -> the variable's value. */
 function kubeExpand(s: string, env: Record<string, string>): string {
@@ -54,9 +82,21 @@ describe('renderPreflightScript text', () => {
     expect(s.endsWith('exec "$@"\n')).toBe(true);
   });
 
+  it('run-time words: variables by name, the flag as the one literal; anything else refused', () => {
+    const script = renderPreflightScript({ ...base, utilization: { words: [{ literal: '--gpu-memory-utilization' }, { variable: 'U' }, { variable: 'VLLM_ADDITIONAL_ARGS' }], fallback: 0.85 } });
+    expect(script).toContain("for a in '--gpu-memory-utilization' $U $VLLM_ADDITIONAL_ARGS; do\n");
+    expect(script).toContain('u_raw=0.85 u_seen=1');
+    for (const words of [[{ variable: 'A B' }], [{ variable: '1X' }], [{ variable: 'X;rm' }], [{ literal: "'; rm -rf /; '" }], [{ literal: '$(id)' }], []]) {
+      expect(() => renderPreflightScript({ ...base, utilization: { words, fallback: 0.9 } as never })).toThrow(PreflightError);
+    }
+    expect(() => renderPreflightScript({ ...base, utilization: { words: [{ variable: 'U' }], fallback: 1.5 } })).toThrow(PreflightError);
+  });
+
   it('writes the settings into one readable line', () => {
     const s = renderPreflightScript(variants[2]!);
-    expect(s).toContain('util=0.05 headroom_mib=1024 timeout_s=900 poll_s=0.25 log_s=5 on_unavailable=warn smi_limit_s=10\n');
+    expect(s).toContain('util=0.05 headroom_mib=1024 context_mib=768 context_several_mib=1536 timeout_s=900 poll_s=0.25 log_s=5 on_unavailable=warn smi_limit_s=10\n');
+    expect(renderPreflightScript({ ...variants[2]!, contextMiB: 2000 })).toContain(' context_mib=2000 context_several_mib=2000 ');
+    expect(renderPreflightScript({ ...variants[2]!, contextMiB: 0 })).toContain(' context_mib=0 context_several_mib=0 ');
     expect(s).toContain('msg_file=/dev/termination-log\n');
   });
 
@@ -77,10 +117,11 @@ describe('renderPreflightScript text', () => {
   });
 
   // 14 KiB since 0.2.x: killing what a hung query started, and reading past it, cost 1.6 KiB
-  it('stays small: under 14 KiB (an arg of every wrapped container), comments under a third of the shell lines', () => {
+  // 0.4.0 grew it by 3 KiB (vLLM's own rule, MIG, the sweep of what a query leaves behind)
+  it('stays small: under 16 KiB (an arg of every wrapped container), comments under a third of the shell lines', () => {
     for (const v of variants) {
       const s = renderPreflightScript(v);
-      expect(s.length).toBeLessThan(14 * 1024);
+      expect(s.length).toBeLessThan(16 * 1024);
       const lines = s.split('\n');
       expect(lines.filter((l) => l.startsWith('#')).length).toBeLessThanOrEqual(45);
     }
@@ -89,11 +130,7 @@ describe('renderPreflightScript text', () => {
   it('writes nothing but the termination message: every file redirection goes to $msg_file or /dev/null', () => {
     for (const v of variants) {
       // the shell text only: drop the awk programs (their > are comparisons or prints to stdout)
-      const shell = renderPreflightScript(v)
-        .replace(/'[^']*'/g, "''")
-        .split('\n')
-        .filter((l) => !l.startsWith('#') && !l.startsWith('msg_file='))
-        .join('\n');
+      const shell = unquotedShell(renderPreflightScript(v).split('\n').filter((l) => !l.startsWith('msg_file=')).join('\n'));
       const targets = [...shell.matchAll(/\d?>>?\s*(&\d|"[^"]*"|[^\s;|&)`]+)/g)].map((m) => m[1]);
       expect(targets.length).toBeGreaterThan(3);
       for (const t of targets) expect(['&1', '&2', '/dev/null', '"$msg_file"']).toContain(t);
@@ -369,26 +406,32 @@ print(json.dumps(out))`;
   });
 });
 
-describe('need = ceil(total x utilization) + headroom, integer-exact', () => {
+describe("need = vLLM's request, ceil((total - reserved) x utilization), + context + headroom, integer-exact", () => {
   const awks: Array<[string, string[]]> = [
     ['awk (system)', ['awk']],
     ['busybox awk', [BUSYBOX, 'awk']],
   ];
+  const FIELDS = 'index,uuid,memory.total,memory.free,mig.mode.current,memory.reserved';
 
-  function exactNeed(total: number, util: string, headroom: number): bigint {
+  /** vLLM's request (ceil(ct x u)) and the preflight's need, cut to what the GPU can have free; undefined: never. */
+  function exactNeed(total: number, reserved: number, util: string, context: number, headroom: number): bigint | undefined {
     const [i, f = ''] = util.split('.');
     const den = 10n ** BigInt(f.length);
     const num = BigInt(i!) * den + BigInt(f || '0');
-    const x = BigInt(total) * num;
-    return (x + den - 1n) / den + BigInt(headroom);
+    const ct = BigInt(total - reserved);
+    const request = (ct * num + den - 1n) / den;
+    if (request >= ct) return undefined;
+    const need = request + BigInt(context) + BigInt(headroom);
+    return need > ct - 1n ? ct - 1n : need;
   }
 
-  function awkNeed(awk: string[], program: string, total: number, util: string, headroom: number): bigint {
+  function awkNeed(awk: string[], program: string, total: number, reserved: number, util: string, context: number, headroom: number): bigint | undefined {
     const r = spawnSync(
       awk[0]!,
-      [...awk.slice(1), '-v', 'rc=0', '-v', `u=${util}`, '-v', `h=${headroom}`, '-v', 'ts=10', '-v', 'ls=5', '-v', 'now=1', '-v', 't0=', '-v', 'lg=', '-v', 'cvs=', '-v', 'cvd=', program],
-      { input: `0, GPU-x, ${total}, 0\n`, encoding: 'utf8' },
+      [...awk.slice(1), '-v', `fields=${FIELDS}`, '-v', 'rc=0', '-v', `u=${util}`, '-v', `h=${headroom}`, '-v', `c1=${context}`, '-v', `cm=${context + 1}`, '-v', 'ts=10', '-v', 'el=0', '-v', 'lim=10', '-v', 'q=10', '-v', 'first=', '-v', 'cvs=', '-v', 'cvd=', program],
+      { input: `0, GPU-x, ${total}, 0, Disabled, ${reserved}\n`, encoding: 'utf8' },
     );
+    if (r.stdout.startsWith('never ')) return undefined;
     const m = /needs (\d+) MiB/.exec(r.stdout);
     if (!m) throw new Error(`no need in ${JSON.stringify(r.stdout + r.stderr)}`);
     return BigInt(m[1]!);
@@ -397,23 +440,28 @@ describe('need = ceil(total x utilization) + headroom, integer-exact', () => {
   const program = judgeProgram(renderPreflightScript(base));
 
   it.each(awks)('%s: the H200 case and the edges', (_name, awk) => {
-    expect(awkNeed(awk, program, 143771, '0.9', 0)).toBe(129394n); // 129393.9 -> 129394
-    expect(awkNeed(awk, program, 143770, '0.9', 0)).toBe(129393n); // exactly 129393: no rounding up
-    expect(awkNeed(awk, program, 143771, '1', 0)).toBe(143771n);
-    expect(awkNeed(awk, program, 143771, '0.9', 512)).toBe(129906n);
-    expect(awkNeed(awk, program, 99_999_999, '0.999999', 1_048_576)).toBe(exactNeed(99_999_999, '0.999999', 1_048_576));
-    expect(awkNeed(awk, program, 10, '0.000001', 0)).toBe(1n);
+    // vLLM asks ceil(0.9 x 143155) = ceil(128839.5) = 128840; + 768 context
+    expect(awkNeed(awk, program, 143771, 616, '0.9', 768, 0)).toBe(129608n);
+    expect(awkNeed(awk, program, 143770, 0, '0.9', 0, 0)).toBe(129393n); // exactly 129393: no rounding up
+    expect(awkNeed(awk, program, 143771, 616, '1', 768, 0)).toBeUndefined(); // the whole GPU: never
+    expect(awkNeed(awk, program, 143771, 616, '0.99999', 768, 0)).toBe(143154n); // more than it can have free: cut to that
+    expect(awkNeed(awk, program, 143771, 616, '0.9', 768, 512)).toBe(130120n);
+    expect(awkNeed(awk, program, 99_999_999, 1000, '0.99', 65_536, 1_048_576)).toBe(exactNeed(99_999_999, 1000, '0.99', 65_536, 1_048_576));
+    expect(awkNeed(awk, program, 10, 0, '0.000001', 0, 0)).toBe(1n);
   });
 
   it.each(awks)('%s: matches exact rational arithmetic on random inputs', (_name, awk) => {
     fc.assert(
       fc.property(
-        fc.integer({ min: 1, max: 99_999_999 }),
+        fc.integer({ min: 2, max: 99_999_999 }),
+        fc.integer({ min: 0, max: 5000 }),
         fc.integer({ min: 1, max: 1_000_000 }),
+        fc.integer({ min: 0, max: 65_536 }),
         fc.integer({ min: 0, max: 4096 }),
-        (total, micro, headroom) => {
+        (total, reservedRaw, micro, context, headroom) => {
+          const reserved = Math.min(reservedRaw, total - 1);
           const util = String(micro / 1_000_000);
-          expect(awkNeed(awk, program, total, util, headroom)).toBe(exactNeed(total, util, headroom));
+          expect(awkNeed(awk, program, total, reserved, util, context, headroom)).toBe(exactNeed(total, reserved, util, context, headroom));
         },
       ),
       { numRuns: 150 },

@@ -3,9 +3,11 @@
  * (`<shell> -ec SCRIPT -- argv...`) under dash, busybox sh and bash.
  */
 import { afterAll, describe, expect, it } from 'vitest';
-import { existsSync } from 'node:fs';
+import { existsSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import {
+  CONTEXT_MIB_AUTO,
+  EXIT_BAD_UTILIZATION,
   EXIT_NO_COMMAND,
   EXIT_NVIDIA_SMI_UNAVAILABLE,
   EXIT_SIGINT,
@@ -13,7 +15,10 @@ import {
   EXIT_TIMEOUT,
 } from '../../src/core/preflight.js';
 import {
+  CUDA_TOTAL,
+  HOW_09,
   NEED_09,
+  REQUEST_09,
   SHELLS,
   TOTAL,
   cleanupTempDirs,
@@ -29,7 +34,7 @@ import {
 
 afterAll(cleanupTempDirs);
 
-const QUERY = '--query-gpu=index,uuid,memory.total,memory.free --format=csv,noheader,nounits';
+const QUERY = '--query-gpu=index,uuid,memory.total,memory.free,mig.mode.current,memory.reserved --format=csv,noheader,nounits';
 const SHORT = gpuLine(0, 13000);
 const FREE = gpuLine(0, 143156);
 const UUID0 = 'GPU-0aaaaaaa-bbbb-cccc-dddd-eeeeeeeeeeee';
@@ -48,7 +53,133 @@ function waitingLines(r: Result): string[] {
   return r.lines.filter((l) => l.startsWith('vram-preflight: waiting for GPU memory'));
 }
 
+const MIG_FIXTURES = join(import.meta.dirname, '../../fixtures/nvidia-smi/mig');
+const migReading = (name: string) => readFileSync(join(MIG_FIXTURES, name), 'utf8');
+
 describe.each(SHELLS)('preflight under $name', (shell) => {
+  // issue 26: the need is vLLM's own rule, request_memory() in vllm/v1/worker/utils.py
+  describe.concurrent("vLLM's own rule", () => {
+    it('asks ceil((total - reserved) x u) for vLLM plus its CUDA context: free = need - 1 waits, free = need starts', async () => {
+      expect(NEED_09).toBe(Math.ceil(CUDA_TOTAL * 0.9) + CONTEXT_MIB_AUTO.oneGpu);
+      const r = await run(shell, { readings: [{ out: gpuLine(0, NEED_09 - 1) }, { out: gpuLine(0, NEED_09) }] });
+      expectExeced(r);
+      expect(r.queries).toHaveLength(2);
+      expect(r.lines[0]).toContain(`GPU 0 has ${NEED_09 - 1} MiB free, needs ${NEED_09} MiB (${HOW_09})`);
+    });
+
+    // 0.3.0 waited for ceil(143771 x u): at u = 0.5 that is 71886 MiB free, which vLLM's check
+    // then failed by 217 MiB on the H200 (field notes); the need is now ceil(143155 x u) + 768.
+    it.each([
+      ['0.5', 71578 + 768],
+      ['0.7', 100209 + 768],
+      ['0.85', 121682 + 768],
+      ['0.95', 135998 + 768],
+    ])('u = %s: waits for %i MiB, not less', async (u, need) => {
+      const r = await run(shell, { settings: { utilization: Number(u) }, readings: [{ out: gpuLine(0, Math.ceil(TOTAL * Number(u))) }, { out: gpuLine(0, need) }] });
+      expectExeced(r);
+      expect(r.queries).toHaveLength(2);
+      expect(r.lines[0]).toContain(`needs ${need} MiB (${need - 768} for vLLM: ${u} x ${CUDA_TOTAL} MiB CUDA total`);
+    });
+
+    it('several GPUs: each pays NCCL on top of the context (the multi-GPU estimate)', async () => {
+      const need = REQUEST_09 + CONTEXT_MIB_AUTO.severalGpus;
+      const r = await run(shell, { readings: [{ out: gpuLine(0, need - 1) + gpuLine(1, need) }, { out: gpuLine(0, need) + gpuLine(1, need) }] });
+      expectExeced(r);
+      expect(r.queries).toHaveLength(2);
+      expect(r.lines[0]).toContain(`GPU 0 has ${need - 1} MiB free, needs ${need} MiB (${REQUEST_09} for vLLM: 0.9 x ${CUDA_TOTAL} MiB CUDA total = ${TOTAL} - 616 reserved; ${CONTEXT_MIB_AUTO.severalGpus} for its CUDA context; 0 headroom)`);
+    });
+
+    it('contextMiB set: the same estimate on one GPU and on several', async () => {
+      for (const out of [gpuLine(0, REQUEST_09 + 99), gpuLine(0, REQUEST_09 + 99) + gpuLine(1, REQUEST_09 + 99)]) {
+        const r = await run(shell, { settings: { contextMiB: 100 }, readings: [{ out }, { out: gpuLine(0, 143000) + (out.includes('\n1,') ? gpuLine(1, 143000) : '') }] });
+        expectExeced(r);
+        expect(r.lines[0]).toContain(`needs ${REQUEST_09 + 100} MiB (${REQUEST_09} for vLLM: 0.9 x ${CUDA_TOTAL} MiB CUDA total = ${TOTAL} - 616 reserved; 100 for its CUDA context; 0 headroom)`);
+      }
+    });
+
+    // An older driver: nvidia-smi answers exit status 2 for a field it does not know.
+    it.each([
+      [5, 'memory.reserved (before R510)'],
+      [4, 'memory.reserved and mig.mode.current (before R450)'],
+    ])('a driver that knows %i of the fields (no %s): asked again without them, no reserve assumed (a stricter need)', async (knowsFields) => {
+      const need = Math.ceil(TOTAL * 0.9) + CONTEXT_MIB_AUTO.oneGpu;
+      const r = await run(shell, { readings: [{ out: gpuLine(0, need - 1), knowsFields }, { out: gpuLine(0, need), knowsFields }] });
+      expectExeced(r);
+      expect(r.queries).toHaveLength(2);
+      expect(r.queries[0]).toMatch(knowsFields === 5 ? /^--query-gpu=index,uuid,memory\.total,memory\.free,mig\.mode\.current --format/ : /^--query-gpu=index,uuid,memory\.total,memory\.free --format/);
+      expect(r.lines[0]).toContain(`GPU 0 has ${need - 1} MiB free, needs ${need} MiB (${need - 768} for vLLM: 0.9 x ${TOTAL} MiB CUDA total = ${TOTAL}, no reserve reported; 768 for its CUDA context; 0 headroom)`);
+      const cold = await run(shell, { readings: [{ out: gpuLine(0, need), knowsFields }] });
+      expectExeced(cold);
+      expect(readFileSync(join(cold.dir, 'all-queries'), 'utf8').trim().split('\n')).toHaveLength(7 - knowsFields);
+    });
+
+    it('a reserve nvidia-smi cannot tell ([N/A]) counts as none: the stricter need', async () => {
+      const need = Math.ceil(TOTAL * 0.9) + CONTEXT_MIB_AUTO.oneGpu;
+      const row = (free: number) => gpuLine(0, free, TOTAL, undefined, { reserved: '[N/A]' });
+      const r = await run(shell, { readings: [{ out: row(need - 1) }, { out: row(need) }] });
+      expectExeced(r);
+      expect(r.lines[0]).toContain(`needs ${need} MiB (${need - 768} for vLLM: 0.9 x ${TOTAL} MiB CUDA total = ${TOTAL}, no reserve reported;`);
+    });
+
+    it.each(['warn', 'fail'] as const)('u = 1 (%s mode): exits 78 at once, saying vLLM\'s check can never pass, and how far to lower it', async (mode) => {
+      const r = await run(shell, { settings: { utilization: 1, onNvidiaSmiUnavailable: mode, timeoutSeconds: 300 }, readings: [{ out: gpuLine(0, 143156) }] });
+      expect(r.code).toBe(EXIT_BAD_UTILIZATION);
+      expectNotExeced(r);
+      expect(r.queries).toHaveLength(1);
+      expect(r.sleeps).toEqual([]);
+      expect(r.ms).toBeLessThan(5000);
+      expect(r.lines).toEqual([
+        `vram-preflight: cannot wait for GPU memory: --gpu-memory-utilization 1 asks vLLM for all ${CUDA_TOTAL} MiB of GPU 0 (what CUDA can use of it), but vLLM takes memory for its own CUDA context before it checks, so its check can never pass; lower --gpu-memory-utilization (at most 0.99 leaves room for a 768 MiB context here); not starting vLLM`,
+      ]);
+      expect(r.terminationMessage).toBe(`${r.lines[0]}\n`);
+    });
+
+    it('a need over what the GPU can ever have free is cut to that: the wait ends when the GPU is idle, vLLM decides', async () => {
+      // a 24 GB card (L4: 23034 MiB) at 0.99: 0.99 x (23034 - 400) + 768 is more than 22634
+      const total = 23034;
+      const ct = total - 400;
+      const row = (free: number) => gpuLine(0, free, total, undefined, { reserved: '400' });
+      const r = await run(shell, { settings: { utilization: 0.99 }, readings: [{ out: row(ct - 2) }, { out: row(ct - 1) }] });
+      expectExeced(r);
+      expect(r.queries).toHaveLength(2);
+      expect(r.lines[0]).toContain(`GPU 0 has ${ct - 2} MiB free, needs ${ct - 1} MiB (all it can have free, as ${Math.ceil(ct * 0.99)} for vLLM: 0.99 x ${ct} MiB CUDA total`);
+      expect(r.lines[0]).toContain('would be more: vLLM itself decides)');
+    });
+  });
+
+  // issue 26: MIG. nvidia-smi --query-gpu reads the whole GPU (or nothing), never the instance.
+  describe.concurrent('MIG', () => {
+    it.each([
+      ['insufficient-permissions.csv', 6],
+      ['not-available.csv', 6],
+      ['privileged-aggregate.csv', 6],
+      ['insufficient-permissions.csv', 5],
+    ])('recorded %s (a driver knowing %i fields): starts vLLM at once in both modes, saying why it cannot wait', async (file, knowsFields) => {
+      for (const mode of ['warn', 'fail'] as const) {
+        const r = await run(shell, { settings: { onNvidiaSmiUnavailable: mode }, readings: [{ out: migReading(file), knowsFields }] });
+        expectExeced(r);
+        expect(r.queries).toHaveLength(1);
+        expect(r.sleeps).toEqual([]);
+        expect(r.lines).toEqual([
+          "vram-preflight: NOTE: GPU 0 is in MIG mode: nvidia-smi reads the whole GPU, not the MIG instance of this container; starting vLLM without waiting",
+        ]);
+      }
+    });
+
+    it.each(['warn', 'fail'] as const)('CUDA_VISIBLE_DEVICES naming a MIG instance (%s mode): starts at once, saying why', async (mode) => {
+      const r = await run(shell, {
+        settings: { onNvidiaSmiUnavailable: mode },
+        env: { CUDA_VISIBLE_DEVICES: 'MIG-1234abcd-5678-90ef-1234-567890abcdef' },
+        readings: [{ out: gpuLine(0, 143156) }],
+      });
+      expectExeced(r);
+      expect(r.queries).toHaveLength(1);
+      expect(r.lines).toEqual([
+        'vram-preflight: NOTE: CUDA_VISIBLE_DEVICES names the MIG instance MIG-1234abcd-5678-90ef-1234-567890abcdef: nvidia-smi reads the whole GPU, not the MIG instance of this container; starting vLLM without waiting',
+      ]);
+    });
+  });
+
   describe.concurrent('cold start', () => {
     it('queries nvidia-smi once, never sleeps, and execs the start with its argv and env', async () => {
       const r = await run(shell, {
@@ -63,7 +194,7 @@ describe.each(SHELLS)('preflight under $name', (shell) => {
       // a 30 s pause or the 60 s query deadline would show here (the bound allows a loaded machine)
       expect(r.ms).toBeLessThan(25000);
       expect(r.lines).toEqual([
-        `vram-preflight: 1 GPU(s) checked, tightest: GPU 0 has 143156 MiB free, needs ${NEED_09} MiB (0.9 x ${TOTAL} MiB total + 0 MiB headroom); starting`,
+        `vram-preflight: 1 GPU(s) checked, tightest: GPU 0 has 143156 MiB free, needs ${NEED_09} MiB (${HOW_09}); starting`,
       ]);
       expect(r.stdout).toBe('');
       // environment arrives untouched; the script's own variables are not exported
@@ -124,10 +255,10 @@ describe.each(SHELLS)('preflight under $name', (shell) => {
       expect(r.ms).toBeGreaterThanOrEqual(150);
       expect(r.lines).toHaveLength(2);
       expect(r.lines[0]).toBe(
-        `vram-preflight: waiting for GPU memory before starting vLLM: GPU 0 has 13000 MiB free, needs ${NEED_09} MiB (0.9 x ${TOTAL} MiB total + 0 MiB headroom); waited 0.0 s (timeout 30 s)`,
+        `vram-preflight: waiting for GPU memory before starting vLLM: GPU 0 has 13000 MiB free, needs ${NEED_09} MiB (${HOW_09}); waited 0.0 s (timeout 30 s)`,
       );
       expect(r.lines[1]).toMatch(
-        /^vram-preflight: GPU memory arrived after (\d+\.\d) s of waiting; 1 GPU\(s\) checked, tightest: GPU 0 has 143156 MiB free, needs 129394 MiB .*; starting$/,
+        /^vram-preflight: GPU memory arrived after (\d+\.\d) s of waiting; 1 GPU\(s\) checked, tightest: GPU 0 has 143156 MiB free, needs 129608 MiB .*; starting$/,
       );
       const waited = Number(/after (\d+\.\d) s/.exec(r.lines[1]!)![1]);
       expect(waited).toBeGreaterThanOrEqual(0.1);
@@ -206,7 +337,7 @@ describe.each(SHELLS)('preflight under $name', (shell) => {
       if (queries === 2) expect(r.lines[0]).toContain('GPU 1 has 5000 MiB free');
     });
 
-    it.each([['7'], ['MIG-1234abcd'], ['']])(
+    it.each([['7'], ['']])(
       'CUDA_VISIBLE_DEVICES=%j that matches no listed GPU counts as "cannot check"',
       async (cvd) => {
         const warn = await run(shell, { env: { CUDA_VISIBLE_DEVICES: cvd }, readings: [twoGpus] });
@@ -226,18 +357,18 @@ describe.each(SHELLS)('preflight under $name', (shell) => {
 
   describe.concurrent('nvidia-smi unavailable', () => {
     const cases: Array<[string, { out: string; rc?: number } | 'absent', RegExp]> = [
-      ['prints [N/A]', { out: '0, GPU-0aaaaaaa-bbbb-cccc-dddd-eeeeeeeeeeee, [N/A], [N/A]\n' }, /GPU 0 memory reads total=\[N\/A\] free=\[N\/A\]/],
+      ['prints [N/A]', { out: '0, GPU-0aaaaaaa-bbbb-cccc-dddd-eeeeeeeeeeee, [N/A], [N/A], [N/A], [N/A]\n' }, /GPU 0 memory reads total=\[N\/A\] free=\[N\/A\]/],
       [
         'prints [Insufficient Permissions]',
-        { out: '0, GPU-0aaaaaaa-bbbb-cccc-dddd-eeeeeeeeeeee, 143771, [Insufficient Permissions]\n' },
+        { out: '0, GPU-0aaaaaaa-bbbb-cccc-dddd-eeeeeeeeeeee, 143771, [Insufficient Permissions], Disabled, 616\n' },
         /free=\[Insufficient Permissions\]/,
       ],
       ['prints garbage', { out: 'NVIDIA-SMI has failed because it could not communicate with the NVIDIA driver.\n' }, /unreadable line: NVIDIA-SMI has failed/],
       ['prints nothing', { out: '' }, /listed no GPU/],
-      ['prints a negative number', { out: '0, GPU-x, 143771, -5\n' }, /free=-5/],
+      ['prints a negative number', { out: '0, GPU-x, 143771, -5, Disabled, 616\n' }, /free=-5/],
       // reproducer v0.2/preflight-implausible-readings: readings that cannot be true are not "enough"
-      ['reads 0 MiB total', { out: '0, GPU-x, 0, 0\n' }, /GPU 0 memory reads total=0 free=0/],
-      ['reads more free than total', { out: '0, GPU-x, 100, 81000\n' }, /GPU 0 memory reads total=100 free=81000/],
+      ['reads 0 MiB total', { out: '0, GPU-x, 0, 0, Disabled, 0\n' }, /GPU 0 memory reads total=0 free=0/],
+      ['reads more free than total', { out: '0, GPU-x, 100, 81000, Disabled, 10\n' }, /GPU 0 memory reads total=100 free=81000/],
       ['reads more free than total on one GPU of two', { out: gpuLine(0, 143156) + gpuLine(1, TOTAL + 1) }, /GPU 1 memory reads total=143771 free=143772/],
       ['exits non-zero', { out: gpuLine(0, 143156), rc: 9 }, /nvidia-smi failed \(exit status 9\)/],
       ['is not on PATH', 'absent', /nvidia-smi failed \(exit status 127\)/],
@@ -315,7 +446,7 @@ describe.each(SHELLS)('preflight under $name', (shell) => {
       expect(r.lines).toHaveLength(waits.length + 1);
       const msg = r.lines.at(-1)!;
       expect(msg).toMatch(
-        /^vram-preflight: gave up after \d+\.\d s \(timeout 2 s\) waiting for GPU memory before starting vLLM: GPU 0 has 13000 MiB free, needs 129394 MiB \(0\.9 x 143771 MiB total \+ 0 MiB headroom\)\. Still holding GPU memory: pid 4242 \(129000 MiB\), pid 977 \(1200 MiB\)\. This is the preflight's wait, not vLLM's check/,
+        /^vram-preflight: gave up after \d+\.\d s \(timeout 2 s\) waiting for GPU memory before starting vLLM: GPU 0 has 13000 MiB free, needs 129608 MiB \(128840 for vLLM: 0\.9 x 143155 MiB CUDA total = 143771 - 616 reserved; 768 for its CUDA context; 0 headroom\)\. Still holding GPU memory: pid 4242 \(129000 MiB\), pid 977 \(1200 MiB\)\. This is the preflight's wait, not vLLM's check/,
       );
       const gaveUp = Number(/gave up after (\d+\.\d) s/.exec(msg)![1]);
       expect(gaveUp).toBeGreaterThanOrEqual(2);

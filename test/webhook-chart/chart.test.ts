@@ -14,6 +14,7 @@ import { ClusterRole, ClusterRoleBinding } from 'kubernetes-models/rbac.authoriz
 import { MutatingWebhookConfiguration } from 'kubernetes-models/admissionregistration.k8s.io/v1';
 import { Deployment } from 'kubernetes-models/apps/v1';
 import { NetworkPolicy } from 'kubernetes-models/networking.k8s.io/v1';
+import { CronJob } from 'kubernetes-models/batch/v1';
 import { PodDisruptionBudget } from 'kubernetes-models/policy/v1';
 import { ConfigMap, Secret, Service, ServiceAccount } from 'kubernetes-models/v1';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -63,6 +64,7 @@ const MODELS: Record<string, Model> = {
   'v1/Secret': Secret as unknown as Model,
   'v1/Service': Service as unknown as Model,
   'apps/v1/Deployment': Deployment as unknown as Model,
+  'batch/v1/CronJob': CronJob as unknown as Model,
   'policy/v1/PodDisruptionBudget': PodDisruptionBudget as unknown as Model,
   'rbac.authorization.k8s.io/v1/ClusterRole': ClusterRole as unknown as Model,
   'rbac.authorization.k8s.io/v1/ClusterRoleBinding': ClusterRoleBinding as unknown as Model,
@@ -225,6 +227,7 @@ describe.each(Object.keys(HELMS) as Helm[])('helm %s', (which) => {
       expect(all.map((o) => o.kind).sort()).toEqual(
         [
           'ClusterRole',
+          'ClusterRole',
           'ClusterRoleBinding',
           'ConfigMap',
           'Deployment',
@@ -308,10 +311,20 @@ describe.each(Object.keys(HELMS) as Helm[])('helm %s', (which) => {
     });
 
     it('may only get DRA claims and claim templates', () => {
-      expect(only(all, 'ClusterRole').rules).toEqual([{ apiGroups: ['resource.k8s.io'], resources: ['resourceclaims', 'resourceclaimtemplates'], verbs: ['get'] }]);
+      expect(only(all, 'ClusterRole', FULLNAME).rules).toEqual([{ apiGroups: ['resource.k8s.io'], resources: ['resourceclaims', 'resourceclaimtemplates'], verbs: ['get'] }]);
       const binding = only(all, 'ClusterRoleBinding');
       expect(binding.subjects).toEqual([{ kind: 'ServiceAccount', name: FULLNAME, namespace: NAMESPACE }]);
-      expect(binding.roleRef.name).toBe(only(all, 'ClusterRole').metadata.name);
+      expect(binding.roleRef.name).toBe(FULLNAME);
+    });
+
+    it('offers the audit a read-only ClusterRole, bound to nobody unless the CronJob is enabled', () => {
+      expect(only(all, 'ClusterRole', `${FULLNAME}-audit`).rules).toEqual([
+        { apiGroups: [''], resources: ['pods'], verbs: ['list'] },
+        { apiGroups: [''], resources: ['namespaces'], verbs: ['get', 'list'] },
+        { apiGroups: ['admissionregistration.k8s.io'], resources: ['mutatingwebhookconfigurations'], verbs: ['get', 'list'] },
+        { apiGroups: ['resource.k8s.io'], resources: ['resourceclaims', 'resourceclaimtemplates'], verbs: ['get'] },
+      ]);
+      expect(all.filter((o) => o.kind === 'CronJob')).toEqual([]);
     });
 
     if (certs === 'generated') {
@@ -343,9 +356,41 @@ describe.each(Object.keys(HELMS) as Helm[])('helm %s', (which) => {
         const ca = only(all, 'Certificate', `${FULLNAME}-ca`);
         expect(caIssuer.spec.ca.secretName).toBe(ca.spec.secretName);
         expect(ca.spec.isCA).toBe(true);
+        // Renewed with the same key: what it signed before stays valid against the renewed CA.
+        expect(ca.spec.privateKey.rotationPolicy).toBe('Never');
         expect(only(all, 'Issuer', ca.spec.issuerRef.name).spec).toEqual({ selfSigned: {} });
       });
     }
+  });
+
+  it('runs the audit as a CronJob when asked: its own service account bound to the audit ClusterRole, the webhook\'s config, restricted, not retried', () => {
+    const all = template(which, ['audit.cronJob.enabled=true', 'audit.cronJob.schedule=@hourly', 'audit.cronJob.extraArgs={--output=json}']);
+    expectValid(all);
+    const cron = only(all, 'CronJob');
+    expect(cron.spec).toMatchObject({ schedule: '@hourly', concurrencyPolicy: 'Forbid', jobTemplate: { spec: { backoffLimit: 0 } } });
+    const pod = cron.spec.jobTemplate.spec.template.spec;
+    expect(pod.serviceAccountName).toBe(`${FULLNAME}-audit`);
+    expect(pod.restartPolicy).toBe('Never');
+    expect(pod.securityContext).toMatchObject({ runAsNonRoot: true, runAsUser: 65532, seccompProfile: { type: 'RuntimeDefault' } });
+    const container = pod.containers[0];
+    expect(container.image).toBe(only(all, 'Deployment').spec.template.spec.containers[0].image);
+    expect(container.args).toEqual(['audit', '--config=/etc/vram-preflight/config/config.yaml', '--cache-dir=/tmp/vram-preflight-cache', '--output=json']);
+    expect(container.securityContext).toMatchObject({ readOnlyRootFilesystem: true, allowPrivilegeEscalation: false, capabilities: { drop: ['ALL'] } });
+    expect(pod.volumes.find((v: { name: string }) => v.name === 'config').configMap.name).toBe(`${FULLNAME}-config`);
+    const binding = only(all, 'ClusterRoleBinding', `${FULLNAME}-audit`);
+    expect(binding.roleRef).toEqual({ apiGroup: 'rbac.authorization.k8s.io', kind: 'ClusterRole', name: `${FULLNAME}-audit` });
+    expect(binding.subjects).toEqual([{ kind: 'ServiceAccount', name: `${FULLNAME}-audit`, namespace: NAMESPACE }]);
+    expect(only(all, 'ServiceAccount', `${FULLNAME}-audit`).metadata.namespace).toBe(NAMESPACE);
+    // An audit pod is never one of the webhook's: not behind its Service, not in its PodDisruptionBudget or Deployment.
+    const podLabels = cron.spec.jobTemplate.spec.template.metadata.labels as Record<string, string>;
+    const selects = (selector: Record<string, string>) => Object.entries(selector).every(([k, v]) => podLabels[k] === v);
+    expect(selects(only(all, 'Service').spec.selector)).toBe(false);
+    expect(selects(only(all, 'PodDisruptionBudget').spec.selector.matchLabels)).toBe(false);
+    expect(selects(only(all, 'Deployment').spec.selector.matchLabels)).toBe(false);
+    expect(podLabels['app.kubernetes.io/component']).toBe('audit');
+    const r = helm(which, ['template', RELEASE, CHART, '--set', 'audit.cronJob.schedule=every hour']);
+    expect(r.status).not.toBe(0);
+    expect(r.stderr).toMatch(/audit[./]cronJob[./]schedule/);
   });
 
   it('uses an existing cert-manager issuer instead of its own CA', () => {
@@ -459,8 +504,10 @@ describe.each(Object.keys(HELMS) as Helm[])('helm %s: a closed values schema', (
     const r = helm(which, ['template', release, CHART, '--namespace', NAMESPACE]);
     expect(r.status, r.stderr).toBe(0);
     const all = objects(r.stdout);
-    const names = new Set(all.filter((o) => o.kind !== 'ConfigMap' && o.kind !== 'Secret').map((o) => o.metadata.name));
+    // The audit's objects are the same name with -audit (templates/audit.yaml).
+    const names = new Set(all.filter((o) => o.kind !== 'ConfigMap' && o.kind !== 'Secret').map((o) => (o.metadata.labels?.['app.kubernetes.io/component'] === 'audit' ? o.metadata.name.replace(/-audit$/, '') : o.metadata.name)));
     expect([...names]).toEqual([name]);
+    expect(only(all, 'ClusterRole', `${name}-audit`).metadata.labels?.['app.kubernetes.io/component']).toBe('audit');
     expect(only(all, 'MutatingWebhookConfiguration').webhooks[0].clientConfig.service.name).toBe(name);
   });
 });
@@ -708,7 +755,7 @@ describe('the chart follows the release', () => {
     const readme = helm('v3', ['show', 'readme', CHART]).stdout;
     expect(readme).toMatch(/^# vram-preflight-webhook\n/);
     const leaves = (value: unknown, prefix: string): string[] =>
-      value && typeof value === 'object' && !Array.isArray(value) && Object.keys(value).length > 0 && !['config', 'resources.requests', 'resources.limits', 'affinity'].includes(prefix) && !prefix.endsWith('labels') && !prefix.endsWith('annotations') && !prefix.endsWith('Annotations') && !prefix.endsWith('Labels') && prefix !== 'nodeSelector'
+      value && typeof value === 'object' && !Array.isArray(value) && Object.keys(value).length > 0 && !['config', 'affinity'].includes(prefix) && !prefix.endsWith('resources.requests') && !prefix.endsWith('resources.limits') && !prefix.endsWith('labels') && !prefix.endsWith('annotations') && !prefix.endsWith('Annotations') && !prefix.endsWith('Labels') && prefix !== 'nodeSelector'
         ? Object.entries(value).flatMap(([k, v]) => leaves(v, prefix ? `${prefix}.${k}` : k))
         : [prefix];
     const values = parseYaml(readFileSync(path.join(CHART, 'values.yaml'), 'utf8')) as Record<string, unknown>;

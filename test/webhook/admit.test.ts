@@ -105,6 +105,9 @@ describe('vram-preflight admit', () => {
     const renderOnly = await admit(['--report-file=r.json'], podYaml);
     expect(renderOnly.code).toBe(2);
     expect(renderOnly.stderr).toContain('option --report-file belongs to the post-renderer (vram-preflight --help), not to admit');
+    const renderOnlyEnv = await admit([], podYaml, { VRAM_PREFLIGHT_DIAGNOSTICS_FILE: '/tmp/d.log' });
+    expect(renderOnlyEnv.code).toBe(2);
+    expect(renderOnlyEnv.stderr).toContain('VRAM_PREFLIGHT_DIAGNOSTICS_FILE is an option of the post-renderer, not of admit');
     const typo = await admit(['--timout-seconds=5'], podYaml);
     expect(typo.code).toBe(2);
     expect(typo.stderr).toContain('did you mean --timeout-seconds? (all options: vram-preflight admit --help)');

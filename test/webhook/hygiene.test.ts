@@ -81,6 +81,8 @@ describe('request hygiene', () => {
       [JSON.stringify({ apiVersion: 'admission.k8s.io/v1beta1', kind: 'AdmissionReview', request: { uid: 'x' } }), /admission\.k8s\.io\/v1beta1/],
       [JSON.stringify({ apiVersion: 'admission.k8s.io/v1', kind: 'AdmissionReview' }), /no request\.uid/],
       ['', /not JSON/],
+      // A bare pod: the answer says where a pod's answer is.
+      [JSON.stringify(h.plainPod()), /for what the webhook would do to a Pod without a review: vram-preflight admit < pod\.yaml/],
     ];
     for (const [body, message] of cases) {
       const answer = await h.h1(started.url, pki.caCert, { body });

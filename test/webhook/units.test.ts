@@ -52,8 +52,9 @@ describe('image-start cache', () => {
 
 describe('annotation ops', () => {
   const values = { 'vram-preflight.io/wrapped': 'model' };
-  it('creates metadata, or metadata.annotations, where the pod has none; adds a key beside others; nothing for a value already there', () => {
-    expect(annotationOps({}, values)).toEqual([{ op: 'add', path: '/metadata', value: { annotations: values } }]);
+  it('creates metadata.annotations where the pod has none, never metadata itself; adds a key beside others; nothing for a value already there', () => {
+    // No metadata object (absent, null, a string): no op, never one that replaces metadata (issue 26).
+    for (const metadata of [undefined, null, 'x', 3, ['a']]) expect(annotationOps(metadata === undefined ? {} : { metadata }, values)).toEqual([]);
     expect(annotationOps({ metadata: { name: 'p' } }, values)).toEqual([{ op: 'add', path: '/metadata/annotations', value: values }]);
     expect(annotationOps({ metadata: { annotations: null } }, values)).toEqual([{ op: 'add', path: '/metadata/annotations', value: values }]);
     expect(annotationOps({ metadata: { annotations: { a: 'b' } } }, values)).toEqual([{ op: 'add', path: '/metadata/annotations/vram-preflight.io~1wrapped', value: 'model' }]);

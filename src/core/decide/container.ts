@@ -16,6 +16,7 @@ import { PREFLIGHT_MARKER_PREFIX, renderPreflightScript } from '../preflight.js'
 import type { KeptAnchors } from '../yaml/edit.js';
 import { isWrapped, resolveStart, WRAPPER_COMMAND, type ContainerStart, type StartEvidence, type StartSources } from './start.js';
 import { readUtilization, type EnvVar, type Utilization } from './utilization.js';
+import { readScript } from './shell-script.js';
 import type { IntendedStart, ValuePath } from './values.js';
 import { VERSION } from '../version.js';
 
@@ -134,12 +135,49 @@ function notVllmReason(written: readonly string[]): string {
 /** huggingfaceserver left to pick its backend may run vLLM unwrapped: said, never guessed (docs/detection.md §5). */
 const HUGGINGFACESERVER_RUN_TIME_BACKEND = `KServe huggingfaceserver picks its backend at run time (--backend auto) and may run vLLM, which is not wrapped: pass --backend=vllm, or name it in ${ANNOTATION_CONTAINERS}`;
 
+/** Why a MIG instance cannot be waited on (docs/restart-race.md, MIG). */
+const MIG_WHY = 'nvidia-smi reads the whole GPU there (or nothing, without privileges), never the instance, so a wait could not tell when the instance has memory (docs/restart-race.md#mig)';
+
+/** The MIG signals of a container, for its reason; undefined when its GPU is no MIG instance. */
+function migSignals(signals: readonly GpuSignal[]): string | undefined {
+  const mig = signals.filter((s) => s.mig);
+  return mig.length ? mig.map((s) => s.detail).join(', ') : undefined;
+}
+
+/**
+ * Seconds the kubelet gives the container before a probe kills it: the startupProbe's, or
+ * without one the livenessProbe's. A probe that cannot fail kills nothing: it is as if absent
+ * (a startupProbe that cannot fail passes at once, and the livenessProbe then counts).
+ */
 function probeBudget(container: Record<string, unknown>): number | undefined {
-  const probe = (container.startupProbe ?? container.livenessProbe) as Record<string, unknown> | undefined;
-  if (!probe || typeof probe !== 'object') return undefined;
+  const probes = [container.startupProbe, container.livenessProbe].filter((p): p is Record<string, unknown> => typeof p === 'object' && p !== null);
+  const probe = probes.find((p) => !cannotFail(p));
+  if (!probe) return undefined;
   const n = (v: unknown, d: number) => (typeof v === 'number' ? v : d);
   return n(probe.initialDelaySeconds, 0) + n(probe.failureThreshold, 3) * n(probe.periodSeconds, 10);
 }
+
+/** Commands whose exit status is 0 whatever happens (a placeholder probe: `echo TBD`, `true`). */
+const ALWAYS_SUCCEED = new Set(['true', ':', 'echo', 'printf']);
+
+/**
+ * An exec probe that cannot fail: its command (or each command of its `sh -c` script, read by
+ * the one shell reader) only prints or returns true, with no redirection that could fail, or
+ * is `exit 0`. A probe that runs anything else, or an HTTP, TCP or gRPC probe, can fail.
+ */
+function cannotFail(probe: Record<string, unknown>): boolean {
+  const command = (probe.exec as { command?: unknown } | undefined)?.command;
+  if (!Array.isArray(command) || command.length === 0 || !command.every((w) => typeof w === 'string')) return false;
+  const argv = command as string[];
+  const commands = SHELLS_FOR_PROBES.has(argv[0]!.slice(argv[0]!.lastIndexOf('/') + 1)) ? readScript(argv)?.commands : [{ words: argv }];
+  if (!commands || commands.length === 0) return false;
+  return commands.every(({ words }) => {
+    if (words.some((w) => w.includes('>') || w.includes('<') || w.includes('$'))) return false;
+    const program = words[0]!.slice(words[0]!.lastIndexOf('/') + 1);
+    return ALWAYS_SUCCEED.has(program) || (program === 'exit' && (words[1] ?? '0') === '0');
+  });
+}
+const SHELLS_FOR_PROBES = new Set(['sh', 'bash', 'dash', 'ash', 'zsh']);
 
 function hasConfigEntry(image: string | undefined, options: Options): boolean {
   if (image === undefined) return false;
@@ -190,6 +228,7 @@ export function decideContainer(input: ContainerInput, base: Pick<ContainerRepor
           ? { start: written, origin: 'command + args, which KubeRay runs joined in bash -lc before `ray start`', evidence: { source: wrapped ? 'wrapped' : 'command', detail: 'joined by KubeRay' }, wrappedBefore: wrapped, warnings: [] }
           : resolveStart({ command: command.items, args: args.items, image, rayPod: input.ray !== undefined }, input.sources, context, input.onWanted));
 
+    let cannotWrap = false;
     const skipBecause = ((): string | undefined => {
       if (controls.skip) return `opted out by annotation ${ANNOTATION_SKIP}`;
       refuseImageNoRuntimePulls(image, controls.forced || imageIsVllmFamily(image) || vllmEvidence(written) !== undefined);
@@ -218,7 +257,7 @@ export function decideContainer(input: ContainerInput, base: Pick<ContainerRepor
         }
         const others = otherAccelerators(container);
         if ((family || runsVllmAsWritten) && others.length) return `no NVIDIA GPU: it asks for ${others.join(', ')}, where there is no nvidia-smi to wait on`;
-        if (family || runsVllmAsWritten) return `no NVIDIA GPU: checked ${SIGNALS_CHECKED}; without one vLLM runs on CPU and needs no wait (name it in ${ANNOTATION_CONTAINERS} if it does run on an NVIDIA GPU)`;
+        if (family || runsVllmAsWritten) return `no NVIDIA GPU: checked ${SIGNALS_CHECKED}, none found, so there is no nvidia-smi to wait on (vLLM runs on the CPU or on another accelerator here; name it in ${ANNOTATION_CONTAINERS} if it does run on an NVIDIA GPU)`;
         return 'not vLLM (neither its image nor its start names vLLM), and no NVIDIA GPU';
       }
       if (command.items !== null || wrapped || rayStart === 'joined') {
@@ -247,6 +286,12 @@ export function decideContainer(input: ContainerInput, base: Pick<ContainerRepor
         return 'not vLLM (neither its image nor its start names vLLM)';
       }
       if (runsOnCpu(written)) return 'vLLM runs on CPU here (--device cpu)';
+      const mig = migSignals(gpu.signals);
+      if (mig) {
+        cannotWrap = true;
+        report.warnings.push(`vLLM on a MIG instance (${mig}) is not wrapped: ${MIG_WHY}; its in-place restarts are as without vram-preflight`);
+        return `on a MIG instance (${mig}): ${MIG_WHY}`;
+      }
       report.reason += `; NVIDIA GPU: ${report.gpus.join(', ')}`;
       return undefined;
     })();
@@ -254,6 +299,7 @@ export function decideContainer(input: ContainerInput, base: Pick<ContainerRepor
 
     if (skipBecause !== undefined) {
       report.reason = skipBecause;
+      if (cannotWrap) report.action = 'cannot-wrap';
       if (!wrapped) return { report };
       // No longer a target: give it back its original start, which runs the same argv.
       report.action = 'unwrap';
@@ -262,6 +308,8 @@ export function decideContainer(input: ContainerInput, base: Pick<ContainerRepor
       return { report, edit: { anchors, intended: { path: input.path, command: written, args: null } } };
     }
     if (controls.forced && gpu.signals.length === 0) report.warnings.push('no NVIDIA GPU signal: the wait will see whatever GPUs nvidia-smi shows');
+    const forcedMig = controls.forced ? migSignals(gpu.signals) : undefined;
+    if (forcedMig) report.warnings.push(`named by annotation ${ANNOTATION_CONTAINERS} on a MIG instance (${forcedMig}): ${MIG_WHY}, so the wrapped start goes on to vLLM at once, with a note`);
 
     const known = resolve();
     report.startOrigin = known.origin;
@@ -281,6 +329,9 @@ export function decideContainer(input: ContainerInput, base: Pick<ContainerRepor
     report.utilization = utilization;
     if (utilization.source === 'default') {
       report.warnings.push(`no --gpu-memory-utilization: waiting for ${utilization.value} of each GPU; vLLM's own default is 0.9 before v0.21 and 0.92 since, so pass the flag explicitly`);
+    } else if (utilization.runtime && utilization.defaulted) {
+      const names = utilization.runtime.words.flatMap((w) => ('variable' in w ? [`$${w.variable}`] : [])).join(', ');
+      report.warnings.push(`no --gpu-memory-utilization written: the preflight reads it from ${names} at run time, and waits for ${utilization.runtime.fallback} of each GPU when it is not there; vLLM's own default is 0.9 before v0.21 and 0.92 since, so pass the flag explicitly`);
     }
     report.probeBudgetSeconds = probeBudget(container);
     if (report.probeBudgetSeconds !== undefined && options.timeoutSeconds >= report.probeBudgetSeconds) {
@@ -290,8 +341,9 @@ export function decideContainer(input: ContainerInput, base: Pick<ContainerRepor
     const terminationMessagePath = typeof container.terminationMessagePath === 'string' ? container.terminationMessagePath : '/dev/termination-log';
     const script = preflightScript({
       version: VERSION,
-      utilization: utilization.value ?? 'from-args',
+      utilization: utilization.value ?? utilization.runtime ?? 'from-args',
       headroomMiB: options.headroomMiB,
+      contextMiB: options.contextMiB,
       nvidiaSmiTimeoutSeconds: options.nvidiaSmiTimeoutSeconds,
       timeoutSeconds: options.timeoutSeconds,
       pollIntervalSeconds: options.pollIntervalSeconds,

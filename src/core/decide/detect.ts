@@ -3,7 +3,7 @@
  * src/core/tables/gpu.ts.) "Not vLLM" needs positive evidence: a vLLM-family image whose
  * start cannot be read is refused, not skipped.
  */
-import { scriptCommands } from './shell-script.js';
+import { readScript, scriptCommands, type ShellCommand } from './shell-script.js';
 import { parseImage } from '../tables/image-ref.js';
 import { isVllmFamilyImage } from '../tables/images.js';
 import { globMatches } from './glob.js';
@@ -12,18 +12,17 @@ import { isAsciiDigit } from '../char-classes.js';
 export const ANNOTATION_SKIP = 'vram-preflight.io/skip';
 export const ANNOTATION_CONTAINERS = 'vram-preflight.io/containers';
 export const ANNOTATION_UTILIZATION = 'vram-preflight.io/gpu-memory-utilization';
+/** Written by the webhook on a pod it admitted: the containers it wrapped; those it could not wrap, with why (`name: reason; …`). */
+export const ANNOTATION_WRAPPED = 'vram-preflight.io/wrapped';
+export const ANNOTATION_NOT_WRAPPED = 'vram-preflight.io/not-wrapped';
 
 const SHELLS = new Set(['sh', 'bash', 'dash', 'ash', 'zsh']);
 /** Programs that only exec the rest of their argv (an image's entrypoint script, init shims). */
 const LAUNCHERS = new Set(['nvidia_entrypoint.sh', 'tini', 'dumb-init', 'env']);
 /** vLLM's modules that serve a model in this process: the OpenAI server, the CLI, Dynamo's vLLM worker. */
 const VLLM_MODULES = new Set(['vllm.entrypoints.openai.api_server', 'dynamo.vllm']);
-// Every match of these two holds `vllm` (case-sensitive): a plain search for it first spares
-// most shell scripts the regex and its `\s` (every Unicode space) on the render's hot path.
-// Exported for the test that checks the search never changes an answer.
-export const VLLM_IN_SHELL_TEXT = /(^|[\s;&|(/])vllm\s+serve(\s|$)|(^|\s)-m\s+(vllm\.entrypoints\.openai\.api_server|dynamo\.vllm)(\s|$)/;
-/** `vllm serve …&` (not `&&`) on one line: vLLM in the background of a shell script. */
-export const VLLM_IN_BACKGROUND = /(^|[\s;&|(/])vllm\s+serve\b[^\n;&|]*&(?!&)|-m\s+vllm\.entrypoints\.openai\.api_server\b[^\n;&|]*&(?!&)/;
+/** A shell in a shell's script (`exec bash -c '…'`) is read too, this deep. */
+const MAX_SHELL_DEPTH = 3;
 
 function basename(path: string): string {
   return path.slice(path.lastIndexOf('/') + 1);
@@ -40,16 +39,44 @@ function withoutLaunchers(argv: readonly string[]): readonly string[] {
 }
 
 /** True when the argv starts vLLM's OpenAI server (directly, through python -m, or in a shell script). */
-export function argvStartsVllm(argv: readonly string[]): boolean {
+export function argvStartsVllm(argv: readonly string[], depth = 0): boolean {
   const start = withoutLaunchers(argv);
   const program = start[0] === undefined ? '' : basename(start[0]);
   if (program === 'vllm') return start[1] === 'serve';
   if (isPythonProgram(program)) {
-    const m = start.indexOf('-m');
-    return m !== -1 && (VLLM_MODULES.has(start[m + 1] ?? '') || (start[m + 1] === 'vllm.entrypoints.cli.main' && start[m + 2] === 'serve'));
+    const m = pythonModuleAt(start);
+    return m !== undefined && (VLLM_MODULES.has(start[m + 1] ?? '') || (start[m + 1] === 'vllm.entrypoints.cli.main' && start[m + 2] === 'serve'));
   }
-  if (SHELLS.has(program)) return start.slice(1).some((item) => item.includes('vllm') && VLLM_IN_SHELL_TEXT.test(item));
+  if (SHELLS.has(program)) return vllmCommands(start, depth).length > 0;
   return false;
+}
+
+/**
+ * The commands of a shell start's script (and of the shells it runs) that start vLLM, in
+ * order; [] for a start that is no shell script. A script without the letters `vllm` is not
+ * read (the render asks for every container).
+ */
+export function vllmCommands(argv: readonly string[], depth = 0): ShellCommand[] {
+  const start = withoutLaunchers(argv);
+  if (!SHELLS.has(basename(start[0] ?? '')) || depth > MAX_SHELL_DEPTH || !start.slice(1).some((item) => item.includes('vllm'))) return [];
+  return scriptCommands(start).filter((command) => argvStartsVllm(command.words, depth + 1));
+}
+
+/**
+ * The command line the container gives vLLM: its start, or in a shell script the command
+ * that starts vLLM or KServe's huggingfaceserver (the last one in the foreground, else the
+ * last one), with the script's reading (the variables it sets) for what its words expand to.
+ */
+export function vllmCommandLine(argv: readonly string[]): { command: ShellCommand; assigned?: Map<string, string[]> } {
+  const start = withoutLaunchers(argv);
+  if (!SHELLS.has(basename(start[0] ?? ''))) return { command: { words: [...argv], background: false } };
+  const reading = readScript(start);
+  // KServe's huggingfaceserver passes its vLLM flags on to vLLM, and a program that takes
+  // vLLM's engine flag runs vLLM's engine: their command lines are vLLM's.
+  let runs = (reading?.commands ?? []).filter((command) => argvStartsVllm(command.words, 1) || isHuggingfaceServerProgram(command.words));
+  if (runs.length === 0) runs = (reading?.commands ?? []).filter((command) => engineFlagEvidence(command.words, 1) !== undefined);
+  const command = runs.filter((c) => !c.background).at(-1) ?? runs.at(-1);
+  return command ? { command, assigned: reading!.assigned } : { command: { words: [...argv], background: false } };
 }
 
 /**
@@ -64,8 +91,7 @@ export function shellRunsPreflight(argv: readonly string[], marker: string): boo
 
 /** A shell script that leaves vLLM running in the background: the wrap covers the container's start only. */
 export function startsVllmInBackground(argv: readonly string[]): boolean {
-  const start = withoutLaunchers(argv);
-  return SHELLS.has(basename(start[0] ?? '')) && start.slice(1).some((item) => item.includes('vllm') && VLLM_IN_BACKGROUND.test(item));
+  return vllmCommands(argv).some((command) => command.background);
 }
 
 /** KServe's huggingfaceserver image: its own start runs huggingfaceserver, which runs vLLM when told `--backend=vllm`. */
@@ -92,13 +118,32 @@ export function isPythonProgram(program: string): boolean {
   return i > minor && i === program.length;
 }
 
+/** Python's options that take the next item as their value (`-W ignore`, `-X dev`). */
+const PYTHON_OPTIONS_WITH_VALUE = new Set(['-W', '-X', '--check-hash-based-pycs']);
+
+/**
+ * Where a python argv's `-m` is (its module follows), or undefined when it runs a script, `-c`
+ * code or nothing: python reads options up to `-m MOD`, `-c CMD` or the first other item (the
+ * script), so a `-m` after those is the program's argument, not python's.
+ */
+function pythonModuleAt(start: readonly string[]): number | undefined {
+  for (let i = 1; i < start.length; i++) {
+    const item = start[i]!;
+    if (item === '-m') return i;
+    if (item === '-c' || item === '-' || item === '--' || !item.startsWith('-')) return undefined;
+    if (item.startsWith('-m') || item.startsWith('-c')) return undefined; // `-mvllm…`: joined, not read here
+    if (PYTHON_OPTIONS_WITH_VALUE.has(item)) i++;
+  }
+  return undefined;
+}
+
 /** The program the argv runs (after launchers), and for `python -m` the module: what decides, not a word elsewhere. */
 function programOf(argv: readonly string[]): { program: string; module?: string } {
   const start = withoutLaunchers(argv);
   const program = start[0] === undefined ? '' : basename(start[0]);
   if (!isPythonProgram(program)) return { program };
-  const m = start.indexOf('-m');
-  return { program, module: m === -1 ? undefined : start[m + 1] };
+  const m = pythonModuleAt(start);
+  return { program, module: m === undefined ? undefined : start[m + 1] };
 }
 
 function isHuggingfaceServerProgram(argv: readonly string[]): boolean {
@@ -187,12 +232,6 @@ export function imageIsVllmFamily(image: string | undefined): boolean {
   return image !== undefined && image.trim() !== '' && isVllmFamilyImage(parseImage(image));
 }
 
-/**
- * Why the argv (the container's whole start) runs vLLM, or undefined when it
- * does not.
- */
-/** A blocking `ray start` in a shell script: the script's foreground ends as a Ray node. */
-const BLOCKING_RAY_START_IN_SHELL_TEXT = /(^|[\s;&|(/])ray\s+start\s[^\n;&|]*--block(\s|$)/;
 
 /**
  * A start that makes this container a Ray node (`ray start`, KubeRay's own
@@ -205,12 +244,44 @@ export function startsRayNode(argv: readonly string[]): boolean {
   const start = withoutLaunchers(argv);
   const program = basename(start[0] ?? '');
   if (program === 'ray') return start[1] === 'start';
-  return SHELLS.has(program) && start.slice(1).some((item) => BLOCKING_RAY_START_IN_SHELL_TEXT.test(item));
+  // A blocking `ray start` in a shell script: the script's foreground ends as a Ray node.
+  return SHELLS.has(program) && start.slice(1).some((item) => item.includes('ray')) && scriptCommands(start).some(({ words }) => basename(words[0]!) === 'ray' && words[1] === 'start' && words.includes('--block'));
 }
 
+/** Why the argv (the container's whole start) runs vLLM, or undefined when it does not. */
 export function vllmEvidence(argv: readonly string[]): string | undefined {
   if (argvStartsVllm(argv)) return 'its start runs vLLM';
-  return huggingfaceServerEvidence(argv);
+  return huggingfaceServerEvidence(argv) ?? engineFlagEvidence(argv);
+}
+
+/**
+ * A program that takes vLLM's own engine flag `--gpu-memory-utilization` (its own argv item)
+ * runs vLLM's engine in its process and vLLM's start-up check with it: KAITO's
+ * `python3 /workspace/vllm/inference_api.py … --gpu-memory-utilization=0.84` parses its
+ * arguments with vLLM's own parser. The flag is the amount the wait needs, so it is evidence
+ * (docs/detection.md §5). Not for a known other engine, `ray start` or KServe's huggingfaceserver.
+ */
+function engineFlagEvidence(argv: readonly string[], depth = 0): string | undefined {
+  const start = withoutLaunchers(argv);
+  const program = basename(start[0] ?? '');
+  if (SHELLS.has(program)) {
+    if (depth > MAX_SHELL_DEPTH || !start.slice(1).some((item) => item.includes('memory'))) return undefined;
+    for (const command of scriptCommands(start)) {
+      const found = engineFlagEvidence(command.words, depth + 1);
+      if (found) return `${found}, run by its shell script`;
+    }
+    return undefined;
+  }
+  // An args-only list (`--model …`) is no program: the image's start decides there.
+  // KServe's huggingfaceserver takes vLLM's flags whatever backend it picks: its own rules decide (§5, 1).
+  if (program === '' || program.startsWith('-') || program === 'ray' || otherEngine(start) || isHuggingfaceServerProgram(start) || !mentionsVllmFlag(start)) return undefined;
+  const shown = isPythonProgram(program) && start[1] !== undefined && !start[1].startsWith('-') ? `${program} ${start[1]}` : program;
+  return `its start passes vLLM's engine flag --gpu-memory-utilization to ${shown}, which runs vLLM's engine (and its start-up check) in its process`;
+}
+
+/** Where the argv's evidence is vLLM's engine flag rather than a known vLLM start. */
+export function runsVllmByEngineFlag(argv: readonly string[]): boolean {
+  return !argvStartsVllm(argv) && huggingfaceServerEvidence(argv) === undefined && engineFlagEvidence(argv) !== undefined;
 }
 
 /**
@@ -233,10 +304,13 @@ const OTHER_ENGINES: readonly { name: string; programs?: readonly string[]; modu
 export function otherEngine(argv: readonly string[]): string | undefined {
   const { program, module } = programOf(argv);
   const start = withoutLaunchers(argv);
-  // A shell's script: the first engine it names as a command word.
+  // A shell's script: the engine its first command that runs one runs.
   if (SHELLS.has(program)) {
-    const text = start.slice(1).join(' ');
-    return OTHER_ENGINES.find((e) => [...(e.programs ?? []), ...(e.modules ?? []).map((m) => `-m ${m}`)].some((word) => new RegExp(`(^|[\\s;&|(/])${word.replace(/[.]/g, '\\.')}(\\s|$)`).test(text)))?.name;
+    for (const { words } of scriptCommands(start)) {
+      const engine = otherEngine(words);
+      if (engine) return engine;
+    }
+    return undefined;
   }
   return OTHER_ENGINES.find((e) => e.programs?.includes(program) || (module !== undefined && e.modules?.includes(module)))?.name;
 }
@@ -246,9 +320,9 @@ export function runsOnCpu(argv: readonly string[]): boolean {
   return argv.some((item, i) => item === '--device=cpu' || (item === '--device' && argv[i + 1] === 'cpu'));
 }
 
-/** vLLM's own flag in a start that is not recognised as vLLM: worth a word, never a guess. */
+/** vLLM's own engine flag `--gpu-memory-utilization` (any spelling, `=value` or not) as an argv item. */
 export function mentionsVllmFlag(argv: readonly string[]): boolean {
-  return argv.some((item) => /^--gpu[-_]memory[-_]utilization(=|$)/.test(item));
+  return argv.some((item) => item.startsWith('--gpu') && /^--gpu[-_]memory[-_]utilization(=|$)/.test(item));
 }
 
 export function nameSelected(name: string, patterns: readonly string[]): boolean {

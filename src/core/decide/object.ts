@@ -192,7 +192,8 @@ export function visitObject(visit: ObjectVisit, value: unknown, at: readonly (st
 function warnUnknownKind(visit: ObjectVisit, object: Plain, workload: string, where: string): void {
   for (const found of containersStartingVllm(object, visit.claims)) {
     const path = `${where}${formatPath(found.path)}`;
-    const reason = `kind ${String(object.kind)} (${String(object.apiVersion)}) is not one vram-preflight knows, so its containers are not wrapped: this one starts vLLM on an NVIDIA GPU (${found.gpus.join(', ')})`;
+    const what = found.evidence === 'start' ? 'this one starts vLLM' : 'this one has a vLLM image and no command of its own (its image, or whatever creates its pods, decides its start: it may start vLLM)';
+    const reason = `kind ${String(object.kind)} (${String(object.apiVersion)}) is not one vram-preflight knows, so its containers are not wrapped: ${what} on an NVIDIA GPU (${found.gpus.join(', ')})`;
     visit.result.containers.push({ document: visit.ref, workload, template: path, container: found.name, initContainer: false, image: found.image, action: 'skip', reason, gpus: found.gpus, gpuSignals: found.signals, warnings: [], notes: [] });
     visit.result.warnings.push(`${describeDocument(visit.ref)}, container "${found.name}" at ${path}: ${reason}; fix: file an issue naming the kind, its API group and where its pod templates are (a known kind is one row of vram-preflight's workload table)`);
   }

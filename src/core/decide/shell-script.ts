@@ -17,6 +17,8 @@
 export interface ShellCommand {
   words: string[];
   background: boolean;
+  /** Per word: it is one of the container's items after the script, passed on by `$@`/`$0` (the kubelet's, not the shell's). */
+  passed?: boolean[];
 }
 
 /** A shell's `-c` script and the items after it: `$0` first, then `$1`… (what `$@` expands to). */
@@ -193,13 +195,22 @@ export function shellCommands(script: string): ShellCommand[] {
 
 /** Words before a command's program that only set up how it runs: reserved words, and `exec`, `command`, `nohup`, `env` (they run the rest as the command). */
 const PREFIX_WORDS = new Set(['!', '{', '}', 'if', 'then', 'else', 'elif', 'while', 'until', 'do', 'time', 'exec', 'command', 'nohup', 'env']);
+/** Builtins whose words after them are assignments (or names) the script sets. */
+const DECLARING_WORDS = new Set(['export', 'local', 'readonly', 'declare', 'typeset']);
+/** `eval` in a script read inside an `eval` inside …: deeper than this is not followed. */
+const MAX_EVAL_DEPTH = 4;
 
 /** `NAME=value` before a command's program: an assignment for that command, not the program. */
 function isAssignment(word: string): boolean {
   const eq = word.indexOf('=');
-  if (eq <= 0) return false;
-  for (let k = 0; k < eq; k++) {
-    const code = word.charCodeAt(k);
+  return eq > 0 && isShellName(word.slice(0, eq));
+}
+
+/** A shell variable's name: `[A-Za-z_][A-Za-z0-9_]*`. */
+export function isShellName(text: string): boolean {
+  if (text === '') return false;
+  for (let k = 0; k < text.length; k++) {
+    const code = text.charCodeAt(k);
     const letter = (code >= 65 && code <= 90) || (code >= 97 && code <= 122) || code === 95;
     if (!letter && !(k > 0 && code >= 48 && code <= 57)) return false;
   }
@@ -213,19 +224,65 @@ function expandPositional(word: string, positional: readonly string[]): readonly
   return undefined;
 }
 
+/** A script's commands, read as far as deciding needs, and the variables it sets itself. */
+export interface ScriptReading {
+  /** Each command from its program on, `eval`'s string read as the script it is. */
+  commands: ShellCommand[];
+  /** Variables the script sets (`X=…`, `export X=…`, `for X in`, `read X`), with the values it writes for them as they are written (`$…` where the script reads them). */
+  assigned: Map<string, string[]>;
+}
+
 /**
  * The commands of a shell's `-c` script (`start[0]` is the shell), each from its program on
- * (`exec`, `then`, `FOO=1` before it dropped) with the positional parameters it passes on
- * replaced by the container's items after the script; [] when the argv runs no `-c` script.
+ * (`exec`, `then`, `FOO=1` before it dropped), the string an `eval` runs read as the script it
+ * is, and the positional parameters a command passes on replaced by the container's items
+ * after the script (marked in `passed`); undefined when the argv runs no `-c` script.
+ * The one reader of a container's shell script: what it starts (src/core/decide/detect.ts)
+ * and the utilization it passes vLLM (./utilization.ts) are both read from it.
  */
-export function scriptCommands(start: readonly string[]): ShellCommand[] {
+export function readScript(start: readonly string[]): ScriptReading | undefined {
   const shell = shellScriptOf(start);
-  if (!shell) return [];
-  return shellCommands(shell.script).flatMap(({ words, background }) => {
-    let first = 0;
-    while (first < words.length && (PREFIX_WORDS.has(words[first]!) || isAssignment(words[first]!))) first++;
-    if (first === words.length) return [];
-    const expanded = words.slice(first).flatMap((w) => expandPositional(w, shell.positional) ?? [w]);
-    return [{ words: expanded, background }];
-  });
+  if (!shell) return undefined;
+  const reading: ScriptReading = { commands: [], assigned: new Map() };
+  const assign = (name: string, value: string): void => {
+    const values = reading.assigned.get(name);
+    if (values) values.push(value);
+    else reading.assigned.set(name, [value]);
+  };
+  const read = (script: string, depth: number): void => {
+    for (const { words, background } of shellCommands(script)) {
+      let first = 0;
+      while (first < words.length && (PREFIX_WORDS.has(words[first]!) || isAssignment(words[first]!))) {
+        const word = words[first]!;
+        if (isAssignment(word)) assign(word.slice(0, word.indexOf('=')), word.slice(word.indexOf('=') + 1));
+        first++;
+      }
+      if (first === words.length) continue;
+      const program = words[first]!;
+      if (DECLARING_WORDS.has(program)) {
+        for (const word of words.slice(first + 1)) if (isAssignment(word)) assign(word.slice(0, word.indexOf('=')), word.slice(word.indexOf('=') + 1));
+      } else if (program === 'for' && isShellName(words[first + 1] ?? '')) assign(words[first + 1]!, '$');
+      else if (program === 'read') for (const word of words.slice(first + 1)) if (isShellName(word)) assign(word, '$');
+      if (program === 'eval' && depth < MAX_EVAL_DEPTH) {
+        // eval joins its words with spaces and runs them as a script: read that script.
+        read(words.slice(first + 1).join(' '), depth + 1);
+        continue;
+      }
+      const out: string[] = [];
+      const passed: boolean[] = [];
+      for (const word of words.slice(first)) {
+        const items = expandPositional(word, shell.positional);
+        if (items) for (const item of items) (out.push(item), passed.push(true));
+        else (out.push(word), passed.push(false));
+      }
+      if (out.length) reading.commands.push({ words: out, background, passed });
+    }
+  };
+  read(shell.script, 0);
+  return reading;
+}
+
+/** The commands of a shell's `-c` script (see readScript); [] when the argv runs no `-c` script. */
+export function scriptCommands(start: readonly string[]): ShellCommand[] {
+  return readScript(start)?.commands ?? [];
 }

@@ -3,7 +3,7 @@
  * that would be targets, named so that they are not passed in silence.
  */
 import { nvidiaGpuSignals, type DeviceClaims, type GpuSignal } from '../tables/gpu.js';
-import { imageIsVllmFamily, vllmEvidence } from './detect.js';
+import { imageIsVllmFamily, startsRayNode, vllmEvidence } from './detect.js';
 import { asObject } from './values.js';
 
 type Plain = Record<string, unknown>;
@@ -19,6 +19,8 @@ export interface UnrecognisedContainer {
   image?: string;
   gpus: string[];
   signals: GpuSignal[];
+  /** What says it runs vLLM: its written start, or only its image (no command: the image's start, or an operator's, decides). */
+  evidence: 'start' | 'image';
 }
 
 /** Deep enough for any operator's nesting (llm-d's roles hold LeaderWorkerSet templates seven levels down). */
@@ -46,11 +48,11 @@ export function containersStartingVllm(object: Plain, claims: DeviceClaims): Unr
           const command = strings(container.command);
           const written = [...(command ?? []), ...(strings(container.args) ?? [])];
           const image = typeof container.image === 'string' ? container.image : undefined;
-          const startsVllm = vllmEvidence(written) !== undefined || (!command?.length && imageIsVllmFamily(image));
-          if (!startsVllm) return;
+          const evidence = vllmEvidence(written) !== undefined ? 'start' : !command?.length && !startsRayNode(written) && imageIsVllmFamily(image) ? 'image' : undefined;
+          if (!evidence) return;
           const { signals } = nvidiaGpuSignals({ container, podSpec: holder, claims });
           if (signals.length === 0) return;
-          found.push({ path: [...path, key, i], name: String(container.name ?? '?'), image, gpus: signals.map((s) => s.detail), signals });
+          found.push({ path: [...path, key, i], name: String(container.name ?? '?'), image, gpus: signals.map((s) => s.detail), signals, evidence });
         });
       } else walk(child, [...path, key], depth + 1);
     }

@@ -6,21 +6,33 @@
  */
 import { PreflightError, type ErrorDetails } from '../errors.js';
 import { readPythonFloat } from '../python-float.js';
+import { vllmCommandLine } from './detect.js';
+import { isShellName } from './shell-script.js';
 
 const FLAG_NAMES = ['--gpu-memory-utilization', '--gpu_memory_utilization'];
-/** The flag inside one shell-string argument (`sh -c "vllm serve … --gpu-memory-utilization 0.8"`). */
-const FLAG_IN_TEXT = /--gpu[-_]memory[-_]utilization(?:=|[ \t]+)(['"]?)([^\s'";&|]+)\1(?=$|[\s;&|])/g;
 /** `$(NAME)`: the kubelet replaces it with the container's env var NAME. */
 const KUBE_REFERENCE = /^\$\(([^)]+)\)$/;
 
 export type UtilizationSource = 'args' | 'annotation' | 'default' | 'runtime';
 
+/** A word of vLLM's command line as the preflight reads it at run time: as written, or a variable's value split by the shell. */
+export type RuntimeWord = { literal: string } | { variable: string };
+
 export interface Utilization {
-  /** The fraction; absent when the script reads it from its own argv at run time (source 'runtime'). */
+  /** The fraction; absent when the script reads it at run time (source 'runtime'). */
   value?: number;
   source: UtilizationSource;
   /** Where it was read, for messages (`args[13]`, `env GPU_UTIL via args[13]`, an annotation). */
   origin: string;
+  /**
+   * Source 'runtime' from variables the start's shell script expands into vLLM's command line
+   * (KServe's `${VLLM_ADDITIONAL_ARGS}`): the words the preflight reads at run time, in order,
+   * and the value vLLM gets when they hold no --gpu-memory-utilization. Absent: the preflight
+   * reads its own argv (a `$(VAR)` the kubelet expands).
+   */
+  runtime?: { words: RuntimeWord[]; fallback: number };
+  /** The value, or the run-time reading's fallback, is the default: no --gpu-memory-utilization is written. */
+  defaulted?: true;
 }
 
 export interface EnvVar {
@@ -66,14 +78,8 @@ function findInArgv(start: readonly string[]): Found | 'unreadable' | undefined 
       }
       continue;
     }
-    if (mentionsUtilizationFlag(item)) {
-      const matches = [...item.matchAll(FLAG_IN_TEXT)];
-      if (matches.length === 1 && !/\$/.test(matches[0]![2]!)) {
-        found = { raw: matches[0]![2]!, origin: `"${matches[0]![0]}" inside a shell command`, inShellText: true };
-      } else {
-        unreadable = true;
-      }
-    }
+    // The flag's name elsewhere in an item (a shell string this reader does not follow): not for sure.
+    if (mentionsUtilizationFlag(item)) unreadable = true;
   }
   if (unreadable) return 'unreadable';
   return found;
@@ -149,9 +155,148 @@ function isUtilization(value: Found | Utilization): value is Utilization {
   return 'source' in value;
 }
 
+/** One word of vLLM's command line in a shell script, as far as the utilization goes. */
+type Segment =
+  | { kind: 'item'; text: string; origin: string; inShellText: boolean }
+  | { kind: 'variable'; name: string }
+  /** The script computes it (or a value this reader does not follow) and it mentions the flag. */
+  | { kind: 'unknown'; text: string };
+
+const ORIGIN_IN_SCRIPT = 'in the shell script that starts vLLM';
+
+/** `$NAME` or `${NAME}` (also `${NAME:-}` / `${NAME-}`, an empty default): the variable's name. */
+function variableOf(word: string): string | undefined {
+  if (word.startsWith('${') && word.endsWith('}')) {
+    let inner = word.slice(2, -1);
+    if (inner.endsWith(':-')) inner = inner.slice(0, -2);
+    else if (inner.endsWith('-')) inner = inner.slice(0, -1);
+    return isShellName(inner) ? inner : undefined;
+  }
+  return word.startsWith('$') && isShellName(word.slice(1)) ? word.slice(1) : undefined;
+}
+
+/**
+ * vLLM's command line in a start's shell script, as segments: the words the reader knows
+ * (the script's own and the container's items `$@` passes on), the variables it expands
+ * (a variable of the container's env with a literal value is split into its words here; one
+ * the script sets itself to plain text is that text), and what only the script computes.
+ */
+function commandSegments(input: UtilizationInput): Segment[] | undefined {
+  const { command, assigned } = vllmCommandLine(input.start);
+  if (!assigned) return undefined;
+  const segments: Segment[] = [];
+  const pushVariable = (name: string, seen: Set<string>, isValue: boolean): void => {
+    const set = assigned.get(name);
+    if (set && !seen.has(name)) {
+      seen.add(name);
+      // What the script gives it: one plain text is that text's words; one variable is that
+      // variable; several, or one it computes, are unknown where they could be the flag or its value.
+      if (set.length === 1 && variableOf(set[0]!) !== undefined) return pushVariable(variableOf(set[0]!)!, seen, isValue);
+      if (set.length === 1 && !set[0]!.includes('$')) {
+        for (const text of splitWords(set[0]!)) segments.push({ kind: 'item', text, origin: `"${text}" from ${name}, which the script sets`, inShellText: true });
+        return;
+      }
+      if (isValue || set.some((value) => mentionsUtilizationFlag(value))) segments.push({ kind: 'unknown', text: `$${name}` });
+      return;
+    }
+    const definition = [...input.env].reverse().find((e) => e.name === name);
+    if (definition && typeof definition.value === 'string' && definition.valueFrom === undefined && !definition.value.includes('$(')) {
+      for (const text of splitWords(definition.value)) segments.push({ kind: 'item', text, origin: `env ${name} ("${definition.value.trim()}"), expanded ${ORIGIN_IN_SCRIPT}`, inShellText: true });
+      return;
+    }
+    segments.push({ kind: 'variable', name });
+  };
+  command.words.forEach((word, i) => {
+    if (command.passed?.[i] || !word.includes('$')) {
+      segments.push({ kind: 'item', text: word, origin: command.passed?.[i] ? `"${word}", passed on by the script's $@` : `"${word}" ${ORIGIN_IN_SCRIPT}`, inShellText: !command.passed?.[i] });
+      return;
+    }
+    const eq = word.indexOf('=');
+    if (eq !== -1 && FLAG_NAMES.includes(word.slice(0, eq)) && variableOf(word.slice(eq + 1)) !== undefined) {
+      segments.push({ kind: 'item', text: word.slice(0, eq), origin: `"${word}" ${ORIGIN_IN_SCRIPT}`, inShellText: true });
+      pushVariable(variableOf(word.slice(eq + 1))!, new Set(), true);
+      return;
+    }
+    const name = variableOf(word);
+    if (name !== undefined) pushVariable(name, new Set(), i > 0 && FLAG_NAMES.includes(command.words[i - 1]!));
+    else if (mentionsUtilizationFlag(word) || (i > 0 && FLAG_NAMES.includes(command.words[i - 1]!))) segments.push({ kind: 'unknown', text: word });
+  });
+  return segments;
+}
+
+/** A variable's value as the shell splits it (the default IFS). */
+function splitWords(value: string): string[] {
+  return value.split(/[ \t\n]+/).filter((w) => w !== '');
+}
+
+/**
+ * The utilization from vLLM's command line in a shell script (its last occurrence, as
+ * argparse reads it). Variables whose values only the run knows, after the last occurrence
+ * the render can read, make it a run-time reading of those variables.
+ */
+function readFromScript(segments: Segment[], input: UtilizationInput): Utilization | Found | 'unreadable' | undefined {
+  let last: { found: Found; at: number } | undefined;
+  let runtimeValueAt: number | undefined;
+  for (let i = 0; i < segments.length; i++) {
+    const seg = segments[i]!;
+    if (seg.kind !== 'item') continue;
+    const eq = seg.text.indexOf('=');
+    const name = eq === -1 ? seg.text : seg.text.slice(0, eq);
+    if (FLAG_NAMES.includes(name)) {
+      if (eq !== -1) {
+        last = { found: { raw: seg.text.slice(eq + 1), origin: seg.origin, inShellText: seg.inShellText }, at: i };
+        continue;
+      }
+      const next = segments[i + 1];
+      if (next?.kind === 'item') {
+        last = { found: { raw: next.text, origin: `"${seg.text} ${next.text}" (${next.origin})`, inShellText: next.inShellText }, at: i + 1 };
+        i++;
+      } else if (next?.kind === 'variable') {
+        runtimeValueAt = i;
+        last = undefined;
+        i++;
+      } else return 'unreadable';
+    } else if (mentionsUtilizationFlag(seg.text)) return 'unreadable';
+  }
+  const after = last?.at ?? -1;
+  if (segments.some((seg, i) => i > after && seg.kind === 'unknown')) return 'unreadable';
+  const from = runtimeValueAt !== undefined && runtimeValueAt > after ? runtimeValueAt : after + 1;
+  const variables = segments.slice(from).filter((seg): seg is Extract<Segment, { kind: 'variable' }> => seg.kind === 'variable');
+  if (variables.length === 0) return last?.found;
+  // vLLM's value comes from variables the container's env does not spell out: read them at run time.
+  const words: RuntimeWord[] = [];
+  if (runtimeValueAt !== undefined && runtimeValueAt >= from) words.push({ literal: FLAG_NAMES[0]! });
+  for (const seg of segments.slice(from)) if (seg.kind === 'variable') words.push({ variable: seg.name });
+  const known = last ? resolveReference(last.found, input) : undefined;
+  if (known && isUtilization(known)) {
+    throw new PreflightError('UNREADABLE_UTILIZATION', `--gpu-memory-utilization is known only at run time twice over: ${known.origin}, and from ${variables.map((v) => `$${v.name}`).join(', ')} in the shell script that starts vLLM`, {
+      ...input.context,
+      fix: ANNOTATION_FIX,
+    });
+  }
+  const fallback = known ? parseUtilizationValue(known.raw, known.origin, input.context) : input.defaultValue;
+  const names = [...new Set(variables.map((v) => `$${v.name}`))].join(', ');
+  // `--gpu-memory-utilization $U`: the flag is written, its value is the variable's.
+  const flagWritten = words[0] !== undefined && 'literal' in words[0];
+  return {
+    source: 'runtime',
+    origin: flagWritten
+      ? `--gpu-memory-utilization ${names} in the shell script that starts vLLM (a value known only when the container starts): the preflight reads the variable at run time`
+      : `${names}, which the shell script that starts vLLM expands into vLLM's command line (their values are known only when the container starts): the preflight reads the last --gpu-memory-utilization there at run time, else ${fallback} (${known ? known.origin : 'the default'})`,
+    runtime: { words, fallback },
+    ...(known || flagWritten ? {} : { defaulted: true as const }),
+  };
+}
+
 export function readUtilization(input: UtilizationInput): Utilization {
   const { context } = input;
-  const inArgv = findInArgv(input.start);
+  const segments = commandSegments(input);
+  const fromScript = segments ? readFromScript(segments, input) : undefined;
+  if (fromScript !== undefined && fromScript !== 'unreadable' && isUtilization(fromScript)) {
+    if (input.annotation) return { value: parseUtilizationValue(input.annotation.value, `annotation ${input.annotation.key}`, context), source: 'annotation', origin: `annotation ${input.annotation.key}` };
+    return fromScript;
+  }
+  const inArgv = segments ? fromScript : findInArgv(input.start);
   if (input.annotation) {
     const value = parseUtilizationValue(input.annotation.value, `annotation ${input.annotation.key}`, context);
     if (inArgv !== undefined && inArgv !== 'unreadable') {
@@ -185,5 +330,5 @@ export function readUtilization(input: UtilizationInput): Utilization {
       fix: `${ANNOTATION_FIX}, or also pass --gpu-memory-utilization in the args`,
     });
   }
-  return { value: input.defaultValue, source: 'default', origin: 'default (no --gpu-memory-utilization in the start)' };
+  return { value: input.defaultValue, source: 'default', origin: 'default (no --gpu-memory-utilization in the start)', defaulted: true };
 }

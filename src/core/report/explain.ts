@@ -5,6 +5,7 @@
  * messages (escapeControl): one line per row, nothing a terminal obeys.
  */
 import type { Options } from '../options.js';
+import { CONTEXT_MIB_AUTO } from '../preflight.js';
 import { describeDocument, escapeControl } from '../errors.js';
 import type { TransformResult } from '../transform.js';
 import { ACTION_EFFECTS } from '../decide/container.js';
@@ -30,7 +31,7 @@ export function renderExplanation(result: TransformResult, options: Options): st
   const wrapped = result.containers.filter((c) => ACTION_EFFECTS[c.action].waits);
   lines.push('');
   lines.push(
-    `Preflight settings: timeout ${options.timeoutSeconds}s, poll every ${options.pollIntervalSeconds}s, progress every ${options.logIntervalSeconds}s, headroom ${options.headroomMiB} MiB, each nvidia-smi query at most ${options.nvidiaSmiTimeoutSeconds}s, nvidia-smi unavailable: ${options.onNvidiaSmiUnavailable}.`,
+    `Preflight settings: timeout ${options.timeoutSeconds}s, poll every ${options.pollIntervalSeconds}s, progress every ${options.logIntervalSeconds}s, headroom ${options.headroomMiB} MiB, vLLM's context ${options.contextMiB === 'auto' ? `auto (${CONTEXT_MIB_AUTO.oneGpu} MiB on one GPU, ${CONTEXT_MIB_AUTO.severalGpus} on several)` : `${options.contextMiB} MiB`}, each nvidia-smi query at most ${options.nvidiaSmiTimeoutSeconds}s, nvidia-smi unavailable: ${options.onNvidiaSmiUnavailable}.`,
   );
   for (const c of wrapped) {
     const budget = c.probeBudgetSeconds === undefined ? 'no startup or liveness probe' : `probe budget ${c.probeBudgetSeconds}s`;

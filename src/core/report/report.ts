@@ -51,6 +51,7 @@ export function buildReport(result: TransformResult, options: Options): Record<s
       pollIntervalSeconds: options.pollIntervalSeconds,
       logIntervalSeconds: options.logIntervalSeconds,
       headroomMiB: options.headroomMiB,
+      contextMiB: options.contextMiB,
       defaultUtilization: options.defaultUtilization,
       onNvidiaSmiUnavailable: options.onNvidiaSmiUnavailable,
       nvidiaSmiTimeoutSeconds: options.nvidiaSmiTimeoutSeconds,

@@ -11,6 +11,8 @@ type Plain = Record<string, unknown>;
 
 /** Device classes of NVIDIA's DRA driver (k8s-dra-driver-gpu). */
 export const NVIDIA_DEVICE_CLASSES: readonly string[] = ['gpu.nvidia.com', 'mig.nvidia.com'];
+/** The DRA driver's device class of MIG instances. */
+const MIG_DEVICE_CLASS = 'mig.nvidia.com';
 
 /** What a DRA claim in the stream asks for, by name. */
 export interface DeviceClaims {
@@ -71,6 +73,18 @@ export interface GpuSignal {
   signal: 'resource' | 'runtimeClass' | 'visibleDevices' | 'cudaVisibleDevices' | 'dra';
   /** For explain: `nvidia.com/gpu=2`, `runtimeClassName nvidia`, … */
   detail: string;
+  /** The GPU is a MIG instance (a `nvidia.com/mig-*` resource, a `MIG-` device, the `mig.nvidia.com` class): nvidia-smi cannot read its memory. */
+  mig?: true;
+}
+
+/** A device list names a MIG instance (`MIG-<uuid>`, or the old `MIG-GPU-<uuid>/gi/ci`). */
+function namesMigDevice(list: string): boolean {
+  return list.split(',').some((entry) => entry.trim().startsWith('MIG-'));
+}
+
+/** The signal, marked as a MIG instance where it is one. */
+function withMig(signal: GpuSignal, mig: boolean): GpuSignal {
+  return mig ? { ...signal, mig: true } : signal;
 }
 
 export interface GpuFindings {
@@ -108,7 +122,7 @@ function resourceSignals({ container }: GpuInput): GpuSignal[] {
     // Extended resources must have limits == requests; limits win when both are given.
     for (const [name, value] of Object.entries(entries)) if (isNvidiaGpuResource(name) && quantity(value) > 0) found.set(name, quantity(value));
   }
-  return [...found].map(([name, n]) => ({ signal: 'resource', detail: `${name}=${n}` }));
+  return [...found].map(([name, n]) => withMig({ signal: 'resource', detail: `${name}=${n}` }, name.startsWith('nvidia.com/mig-')));
 }
 
 /** RuntimeClasses of the NVIDIA Container Toolkit / GPU Operator: `nvidia`, `nvidia-cdi`, `nvidia-legacy`. */
@@ -140,7 +154,7 @@ function visibleDevicesSignals({ container }: GpuInput): GpuSignal[] {
   const value = entry?.value;
   if (typeof value !== 'string') return [];
   const v = value.trim();
-  return v === '' || v === 'void' || v === 'none' ? [] : [{ signal: 'visibleDevices', detail: `NVIDIA_VISIBLE_DEVICES=${v}` }];
+  return v === '' || v === 'void' || v === 'none' ? [] : [withMig({ signal: 'visibleDevices', detail: `NVIDIA_VISIBLE_DEVICES=${v}` }, namesMigDevice(v))];
 }
 
 /** The value the kubelet gives an env var: its last literal definition (a `valueFrom` is not known here). */
@@ -171,8 +185,8 @@ export function isCudaDeviceList(value: string): boolean {
  */
 function cudaVisibleDevicesSignals(input: GpuInput): GpuSignal[] {
   const value = literalEnv(input.container, 'CUDA_VISIBLE_DEVICES');
-  if (value === undefined || !isCudaDeviceList(value) || otherAccelerators(input.container).length) return [];
-  return [{ signal: 'cudaVisibleDevices', detail: `CUDA_VISIBLE_DEVICES=${value.trim()}` }];
+  if (value === undefined || !isCudaDeviceList(value) || otherAccelerators(input.container, false).length) return [];
+  return [withMig({ signal: 'cudaVisibleDevices', detail: `CUDA_VISIBLE_DEVICES=${value.trim()}` }, namesMigDevice(value))];
 }
 
 /** Accelerators of other vendors, by resource name: what a skip reason names instead of "no GPU". */
@@ -182,16 +196,35 @@ const OTHER_ACCELERATORS: readonly { test: (name: string) => boolean; what: stri
   { test: (n) => n.startsWith('habana.ai/'), what: 'Intel Gaudi' },
   { test: (n) => n === 'google.com/tpu', what: 'Google TPU' },
   { test: (n) => n.startsWith('aws.amazon.com/neuron'), what: 'AWS Neuron' },
+  // vllm-ascend's samples ask for huawei.com/Ascend910 (and Ascend310P, …) from Huawei's device plugin.
+  { test: (n) => n.startsWith('huawei.com/ascend'), what: 'Huawei Ascend NPU' },
+  { test: (n) => n.startsWith('cambricon.com/'), what: 'Cambricon MLU' },
+  { test: (n) => n.startsWith('hygon.com/'), what: 'Hygon DCU' },
+  { test: (n) => n.startsWith('metax-tech.com/'), what: 'MetaX GPU' },
+  { test: (n) => n.startsWith('iluvatar.ai/'), what: 'Iluvatar GPU' },
+  { test: (n) => n.startsWith('enflame.com/'), what: 'Enflame GCU' },
+  { test: (n) => n.startsWith('mthreads.com/'), what: 'Moore Threads GPU' },
 ];
 
-/** The other vendors' accelerators a container asks for, e.g. `Google TPU (google.com/tpu=4)`. */
-export function otherAccelerators(container: Plain): string[] {
+/** Extended resources that are no accelerator: a vLLM container may ask for them beside one. */
+function isPlainResource(name: string): boolean {
+  return !name.includes('/') || name.startsWith('hugepages-') || name.startsWith('kubernetes.io/') || name.includes('.kubernetes.io/') || name.startsWith('rdma/') || name.startsWith('nvidia.com/');
+}
+
+/**
+ * The other vendors' accelerators a container asks for, e.g. `Google TPU (google.com/tpu=4)`;
+ * with `anyDevice`, also a device of a vendor the table does not name (`the device x.com/y=1`).
+ */
+export function otherAccelerators(container: Plain, anyDevice = true): string[] {
   const resources = asObject(container.resources);
   const found = new Map<string, string>();
   for (const list of [resources?.requests, resources?.limits]) {
     for (const [name, value] of Object.entries(asObject(list) ?? {})) {
-      const row = OTHER_ACCELERATORS.find((r) => r.test(name));
-      if (row && quantity(value) > 0) found.set(name, `${row.what} (${name}=${quantity(value)})`);
+      if (quantity(value) <= 0) continue;
+      const row = OTHER_ACCELERATORS.find((r) => r.test(name.toLowerCase()));
+      // A vendor's device this table does not name is still a device: named as what it is.
+      if (row) found.set(name, `${row.what} (${name}=${quantity(value)})`);
+      else if (anyDevice && !isPlainResource(name)) found.set(name, `the device ${name}=${quantity(value)}`);
     }
   }
   return [...found.values()];
@@ -218,7 +251,7 @@ function draFindings({ container, podSpec, claims }: GpuInput): GpuFindings {
       continue;
     }
     const nvidia = classes.filter((c) => NVIDIA_DEVICE_CLASSES.includes(c));
-    if (nvidia.length) findings.signals.push({ signal: 'dra', detail: `DRA ${label} → ${[...new Set(nvidia)].join(', ')}` });
+    if (nvidia.length) findings.signals.push(withMig({ signal: 'dra', detail: `DRA ${label} → ${[...new Set(nvidia)].join(', ')}` }, nvidia.every((c) => c === MIG_DEVICE_CLASS)));
   }
   return findings;
 }

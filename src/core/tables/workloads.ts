@@ -48,6 +48,9 @@ export const WORKLOAD_KINDS: readonly WorkloadKind[] = [
   { kind: 'RayCluster', group: 'ray.io', templates: [['spec', 'headGroupSpec', 'template'], ['spec', 'workerGroupSpecs', EACH, 'template']], startedBy: 'kuberay' },
   { kind: 'RayService', group: 'ray.io', templates: [['spec', 'rayClusterConfig', 'headGroupSpec', 'template'], ['spec', 'rayClusterConfig', 'workerGroupSpecs', EACH, 'template']], startedBy: 'kuberay' },
   { kind: 'RayJob', group: 'ray.io', templates: [['spec', 'rayClusterSpec', 'headGroupSpec', 'template'], ['spec', 'rayClusterSpec', 'workerGroupSpecs', EACH, 'template']], startedBy: 'kuberay' },
+  // aibrix: a RayClusterFleet holds a RayCluster template (spec.template.spec is a RayClusterSpec:
+  // api/orchestration/v1alpha1/rayclusterfleet_types.go); aibrix creates the RayClusters, KubeRay their pods.
+  { kind: 'RayClusterFleet', group: 'orchestration.aibrix.ai', templates: [['spec', 'template', 'spec', 'headGroupSpec', 'template'], ['spec', 'template', 'spec', 'workerGroupSpecs', EACH, 'template']], startedBy: 'kuberay' },
   // aibrix: every role of a StormService carries a plain pod template (aibrix samples/disaggregation).
   { kind: 'StormService', group: 'orchestration.aibrix.ai', templates: [['spec', 'template', 'spec', 'roles', EACH, 'template']] },
   // KServe custom containers: the predictor/transformer/explainer hold a pod spec inline.

@@ -4,6 +4,7 @@
  * document, comments, quoting and Helm's odd indentation included, stays.
  */
 import { isAlias, isScalar, isSeq, type Node, type Pair, type YAMLMap } from 'yaml';
+import { goYamlPlainType, goYamlQuotedValue, hasYaml11Break } from './go-yaml.js';
 import { PreflightError, type ErrorDetails } from '../errors.js';
 import { effectivePair, keyName, resolveAlias, type ParsedDocument } from './nodes.js';
 import { isLineTerminator } from '../char-classes.js';
@@ -253,9 +254,30 @@ export function readArgv(container: YAMLMap, key: 'command' | 'args', doc: Parse
           fix: `quote ${key}[${i}]`,
         });
       }
+      const source = item.range ? text.slice(item.range[0], item.range[1]) : undefined;
+      // NEL, LS and PS are line breaks to go-yaml (Helm, kubectl), text to YAML 1.2.
+      if (source !== undefined && hasYaml11Break(source)) {
+        const quoted = item.type === 'QUOTE_DOUBLE' || item.type === 'QUOTE_SINGLE' ? goYamlQuotedValue(source) : undefined;
+        if (quoted !== undefined) return quoted;
+        throw new PreflightError('BAD_CONTAINER', `${key}[${i}] of the container holds a raw NEL, LS or PS (U+0085, U+2028, U+2029), which go-yaml (Helm, kubectl) reads as a line break${item.type === 'PLAIN' ? ' that ends the scalar there' : ''}`, {
+          ...context,
+          fix: `write ${key}[${i}] as a double-quoted string with the character escaped (\\N, \\L, \\P), or without it`,
+        });
+      }
+      if (item.type === 'PLAIN' && !item.tag) {
+        // go-yaml resolves a plain scalar by YAML 1.1's rules (sigs.k8s.io/yaml's goyaml.v2):
+        // 8000, true, yes, 0x10, 1e3, ~ are no strings there, and the API server refuses them in a string list.
+        const plain = typeof item.value === 'string' ? item.value : (source ?? '');
+        const type = goYamlPlainType(plain);
+        if (type !== 'str') {
+          throw new PreflightError('BAD_CONTAINER', `${key}[${i}] of the container is the plain ${JSON.stringify(plain)}, which go-yaml (Helm, kubectl) reads as ${type === 'int' ? 'an integer' : type === 'float' ? 'a float' : type === 'bool' ? 'a boolean' : 'null'}, not a string: Kubernetes refuses it in ${key}`, {
+            ...context,
+            fix: `quote ${key}[${i}] ("${plain}")`,
+          });
+        }
+        return plain;
+      }
       if (typeof item.value === 'string') return item.value;
-      // Kubernetes reads a plain 8080 or 0.9 in a string list as its text.
-      if (item.type === 'PLAIN' && item.value !== null && item.range) return text.slice(item.range[0], item.range[1]);
     }
     throw new PreflightError('BAD_CONTAINER', `${key}[${i}] of the container is not a string`, { ...context, fix: `quote ${key}[${i}]` });
   });

@@ -1,0 +1,10 @@
+/**
+ * The Kubernetes API, for the doors that read a cluster (`vram-preflight
+ * audit`; the webhook's DRA claim reads may move here): where the API is and
+ * who we are (./kubeconfig.ts: kubeconfig or in-cluster), exec credential
+ * plugins (./exec.ts), GET and paginated LIST (./client.ts), DRA claims
+ * (./claims.ts).
+ */
+export { inClusterServer, loadConnection, SERVICE_ACCOUNT_DIR, type Connection, type ConnectionRequest, type ExecPlugin } from './kubeconfig.js';
+export { KubernetesApiError, KubernetesClient, type ClientSettings } from './client.js';
+export { claimPath, readClaim, RESOURCE_API_VERSIONS, type ClaimRead, type ClaimReference } from './claims.js';
