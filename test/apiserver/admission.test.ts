@@ -118,8 +118,7 @@ beforeAll(async () => {
 afterAll(async () => {
   k.kubectl(['delete', 'mutatingwebhookconfiguration', '-l', `vram-preflight.test/run=${RUN}`, '--wait=false']);
   await Promise.all([k.deleteNamespace(NS), k.deleteNamespace(PLAIN_NS), ...[...Array(20).keys()].map((i) => k.deleteNamespace(`${NS}-o${i}`))]);
-  await k.stopWebhook(webhook);
-  for (const w of extraWebhooks) await k.stopWebhook(w);
+  await Promise.all([webhook, ...extraWebhooks].map((w) => k.stopWebhook(w)));
   k.closeApi();
   k.removeDir(dir);
 });

@@ -231,7 +231,8 @@ export interface WebhookProcess {
 
 /** `vram-preflight webhook` as a process, on 127.0.0.1; resolves once it prints `listening PORT`. */
 export function startWebhook(bundle: string, tls: { cert: string; key: string }, args: readonly string[] = [], options: { port?: number; env?: Record<string, string> } = {}): Promise<WebhookProcess> {
-  const child = spawn(process.execPath, [bundle, 'webhook', '--tls-cert-file', tls.cert, '--tls-key-file', tls.key, '--port', String(options.port ?? 0), '--address', '127.0.0.1', ...args], {
+  // No shutdown delay: these webhooks sit at a url, with no endpoint to leave (service.test.ts runs the chart's, with its delay).
+  const child = spawn(process.execPath, [bundle, 'webhook', '--tls-cert-file', tls.cert, '--tls-key-file', tls.key, '--port', String(options.port ?? 0), '--address', '127.0.0.1', '--shutdown-delay-ms', '0', ...args], {
     env: { PATH: process.env.PATH, HOME: tmpdir(), ...options.env },
     stdio: ['ignore', 'pipe', 'pipe'],
   });

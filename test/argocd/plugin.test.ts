@@ -160,9 +160,10 @@ describe('deploy/argocd/plugin.yaml', () => {
     for (const k of keys) {
       expect(toolEnv, `option ${k}`).toContain(`VRAM_PREFLIGHT_${k.toUpperCase().replace(/-/g, '_')}`);
     }
-    // Everything the tool reads from its environment is offered, except paths of the sidecar itself.
+    // Everything the tool reads from its environment is offered, except paths of the sidecar itself
+    // and the webhook's registry allow-list (a render is not a server anyone can aim).
     const offered = new Set(keys.map((k) => `VRAM_PREFLIGHT_${k.toUpperCase().replace(/-/g, '_')}`));
-    expect([...toolEnv].filter((e) => !offered.has(e!)).sort()).toEqual(['VRAM_PREFLIGHT_CACHE_DIR', 'VRAM_PREFLIGHT_DIAGNOSTICS_FILE', 'VRAM_PREFLIGHT_REGISTRY_CA_FILE', 'VRAM_PREFLIGHT_REPORT_FILE']);
+    expect([...toolEnv].filter((e) => !offered.has(e!)).sort()).toEqual(['VRAM_PREFLIGHT_CACHE_DIR', 'VRAM_PREFLIGHT_DIAGNOSTICS_FILE', 'VRAM_PREFLIGHT_REGISTRY_ALLOW', 'VRAM_PREFLIGHT_REGISTRY_CA_FILE', 'VRAM_PREFLIGHT_REPORT_FILE']);
   });
 
   it('its commands are the scripts in deploy/argocd, executable, and the Dockerfile puts them where the commands say', () => {

@@ -49,7 +49,14 @@ async function target(): Promise<{ host: string; total: () => number; most: () =
     most = Math.max(most, ++open);
     sockets.add(socket);
     socket.on('error', () => {});
-    socket.on('close', () => open--);
+    // Closed as soon as the client's FIN arrives ('end'): 'close' comes only after this side's own end
+    // is flushed, a tick later, by which time the lookup's freed slot may already have opened another.
+    let counted = true;
+    const gone = () => {
+      if (counted) (counted = false), open--;
+    };
+    socket.on('end', gone);
+    socket.on('close', gone);
     socket.resume();
   });
   const port = await listen(server);
