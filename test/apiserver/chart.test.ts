@@ -1,7 +1,8 @@
 /**
  * The webhook's chart installed for real, by the real helm v3 and v4, into
  * the real API server: every object it renders (default values, cert-manager
- * mode with cert-manager's own CRDs, namespaceMode optOut) is accepted
+ * mode with cert-manager's own CRDs, namespaceMode optOut, and every optional
+ * object at once with the Prometheus Operator's CRDs) is accepted
  * (validated by the API server, admitted by its plugins, PodSecurity
  * `restricted` enforced on the release's namespace); kube-controller-manager
  * makes the Deployment's pods from the chart's template; an upgrade keeps the
@@ -63,6 +64,9 @@ const MODES = {
   default: [] as string[],
   certManager: ['certificates.certManager.enabled=true'],
   optOut: ['webhook.namespaceMode=optOut'],
+  // Every optional object at once: the NetworkPolicy, the metrics port with a ServiceMonitor and the
+  // PrometheusRule (the Prometheus Operator's own CRDs), the audit's CronJob.
+  everything: ['networkPolicy.enabled=true', 'networkPolicy.apiServer[0].ipBlock.cidr=203.0.113.0/24', 'networkPolicy.metricsScrapers[0].namespaceSelector.matchLabels.team=monitoring', 'metrics.port=9090', 'metrics.serviceMonitor.enabled=true', 'metrics.prometheusRule.enabled=true', 'audit.cronJob.enabled=true'],
 } as const;
 
 const installs: { major: 3 | 4; release: string; ns: string }[] = [];
@@ -71,6 +75,8 @@ beforeAll(() => {
   k.cluster();
   // cert-manager's CRDs, from its Go module (deploy/crds), so that Certificates and Issuers are validated by their real schemas.
   k.applyObjects(k.crdsOf('github.com/cert-manager/cert-manager', k.CERT_MANAGER_VERSION, 'deploy/crds'));
+  // The Prometheus Operator's CRDs (ServiceMonitor, PrometheusRule), from its Go module.
+  k.applyObjects(k.crdsOf('github.com/prometheus-operator/prometheus-operator', k.PROMETHEUS_OPERATOR_VERSION, 'example/prometheus-operator-crd').filter((crd) => ['servicemonitors.monitoring.coreos.com', 'prometheusrules.monitoring.coreos.com'].includes(crd.metadata.name)));
 }, 40 * 60_000);
 
 afterAll(async () => {
@@ -110,6 +116,7 @@ describe.each([3, 4] as const)('helm v%s installs the chart into the real API se
     const hook = mwc!.webhooks[0];
     expect(hook.clientConfig.service).toMatchObject({ namespace: ns, path: '/mutate' });
     expect(await stored({ apiVersion: 'v1', kind: 'Service', metadata: { name: hook.clientConfig.service.name, namespace: ns } }), 'the webhook names the chart\'s Service').toBeDefined();
+    if (mode === 'everything') expect(objects.map((o) => o.kind)).toEqual(expect.arrayContaining(['NetworkPolicy', 'ServiceMonitor', 'PrometheusRule', 'CronJob']));
     if (mode === 'certManager') {
       expect(objects.filter((o) => o.apiVersion === 'cert-manager.io/v1').map((o) => o.kind).sort()).toEqual(['Certificate', 'Certificate', 'Issuer', 'Issuer']);
       expect(mwc!.metadata.annotations['cert-manager.io/inject-ca-from']).toMatch(new RegExp(`^${ns}/`));

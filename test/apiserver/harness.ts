@@ -280,6 +280,9 @@ export function parseYamlStream(text: string): Plain[] {
 /** cert-manager's CRDs come from its Go module (deploy/crds), at this version. */
 export const CERT_MANAGER_VERSION = 'v1.21.2';
 
+/** The Prometheus Operator's CRDs come from its Go module (example/prometheus-operator-crd), at this version. */
+export const PROMETHEUS_OPERATOR_VERSION = 'v0.85.0';
+
 /**
  * The CustomResourceDefinitions a Go module ships as YAML files under a folder
  * (downloaded through the Go module proxy into the module cache; nothing is built).

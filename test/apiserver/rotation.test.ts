@@ -1,7 +1,9 @@
 /**
  * The chart-generated certificate across upgrades, with the real helm v3 and
- * the cluster's objects served to its `lookup` by a read-only stand-in API
- * server (test/e2e/fake-apiserver.mjs): kept as it is; the serving
+ * the real API server (scripts/cluster.sh): each case puts the objects an
+ * earlier install left (the CA and TLS Secrets, the webhook configuration) in
+ * the cluster, and `helm install --dry-run=server` renders the upgrade with
+ * its `lookup` of them, the objects validated by the API server: kept as it is; the serving
  * certificate renewed with the same CA near its expiry; the CA rotated when
  * asked or near its expiry, without a window: the new serving certificate is
  * signed by a CA the API server trusted before the upgrade (the live
@@ -9,32 +11,39 @@
  * rotation within 10 minutes refused; a 0.3.0 install (one Secret, no CA
  * key) taken over with its certificate kept.
  */
-import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
+import { spawnSync } from 'node:child_process';
 import { X509Certificate } from 'node:crypto';
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
-import { afterAll, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { parseAllDocuments } from 'yaml';
+import * as k from './harness.js';
 
 const ROOT = path.join(import.meta.dirname, '../..');
 const CHART = path.join(ROOT, 'deploy/webhook');
 const HELM = path.join(ROOT, '.cache/helm/v3/helm');
 const RELEASE = 'gate';
-const NAMESPACE = 'vram-preflight';
+// A namespace of an earlier run may still be terminating: each run has its own.
+const NAMESPACE = `vram-preflight-rotation-${Date.now().toString(36)}`;
 const FULLNAME = `${RELEASE}-vram-preflight-webhook`;
 type K8s = { apiVersion: string; kind: string; metadata: { name: string; namespace?: string; labels?: Record<string, string>; annotations?: Record<string, string> }; [k: string]: any };
 
 const work = mkdtempSync(path.join(tmpdir(), 'chart-rotation-'));
-const servers: ChildProcess[] = [];
-afterAll(() => {
-  for (const s of servers) s.kill('SIGTERM');
+beforeAll(async () => {
+  k.cluster();
+  await k.namespace(NAMESPACE, {});
+}, 40 * 60_000);
+afterAll(async () => {
+  k.kubectl(['delete', 'mutatingwebhookconfiguration', FULLNAME, '--ignore-not-found', '--wait=false']);
+  await k.deleteNamespace(NAMESPACE);
+  k.closeApi();
   rmSync(work, { recursive: true, force: true });
 });
 
 function helm(args: string[]) {
   const home = mkdtempSync(path.join(work, 'helm-'));
-  return spawnSync(HELM, args, { encoding: 'utf8', env: { PATH: process.env.PATH, HOME: home, HELM_CACHE_HOME: `${home}/c`, HELM_CONFIG_HOME: `${home}/f`, HELM_DATA_HOME: `${home}/d` } });
+  return spawnSync(HELM, args, { encoding: 'utf8', env: { PATH: process.env.PATH, HOME: home, HELM_CACHE_HOME: `${home}/c`, HELM_CONFIG_HOME: `${home}/f`, HELM_DATA_HOME: `${home}/d`, KUBECONFIG: k.cluster().kubeconfig } });
 }
 const objects = (stream: string): K8s[] => parseAllDocuments(stream).map((d) => d.toJS() as K8s).filter((o) => o && typeof o === 'object');
 
@@ -61,32 +70,22 @@ function owned(o: K8s): K8s {
   };
 }
 
-/** `helm install --dry-run=server` against a cluster holding these objects: what the upgrade would apply. */
+/** `helm install --dry-run=server` against the cluster holding these objects (and only these of the release): what the upgrade would apply. */
 async function upgradeOver(held: Partial<State>, values: string[] = []): Promise<{ status: number | null; stderr: string; state: State }> {
-  const paths: Record<string, K8s> = {};
-  if (held.ca) paths[`/api/v1/namespaces/${NAMESPACE}/secrets/${FULLNAME}-ca`] = owned(held.ca);
-  if (held.tls) paths[`/api/v1/namespaces/${NAMESPACE}/secrets/${FULLNAME}-tls`] = owned(held.tls);
-  if (held.hook) paths[`/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations/${FULLNAME}`] = owned(held.hook);
-  const file = path.join(mkdtempSync(path.join(work, 'api-')), 'objects.json');
-  writeFileSync(file, JSON.stringify(paths));
-  const api = spawn(process.execPath, [path.join(ROOT, 'test/e2e/fake-apiserver.mjs'), file], { stdio: ['ignore', 'pipe', 'inherit'] });
-  servers.push(api);
-  const port = await new Promise<string>((resolve, reject) => {
-    let buf = '';
-    api.stdout!.on('data', (d: Buffer) => {
-      buf += d.toString();
-      const m = /listening (\d+)/.exec(buf);
-      if (m) resolve(m[1]!);
-    });
-    api.on('exit', (code) => reject(new Error(`fake API server exited ${code}`)));
-  });
-  try {
-    const r = helm(['install', RELEASE, CHART, '--namespace', NAMESPACE, '--dry-run=server', '--disable-openapi-validation', '--kube-apiserver', `http://127.0.0.1:${port}`, ...values.flatMap((v) => ['--set', v])]);
-    const manifest = r.stdout.includes('\nMANIFEST:\n') ? r.stdout.slice(r.stdout.indexOf('\nMANIFEST:\n') + 11) : '';
-    return { status: r.status, stderr: r.stderr, state: stateOf(objects(manifest)) };
-  } finally {
-    api.kill('SIGTERM');
-  }
+  k.kubectl(['delete', '-n', NAMESPACE, 'secret', `${FULLNAME}-ca`, `${FULLNAME}-tls`, '--ignore-not-found']);
+  k.kubectl(['delete', 'mutatingwebhookconfiguration', FULLNAME, '--ignore-not-found']);
+  // Objects as the cluster returns them: no server-set fields of an earlier read.
+  const bare = (o: K8s): K8s => {
+    const { resourceVersion, uid, creationTimestamp, managedFields, generation, ...metadata } = o.metadata as K8s['metadata'] & Record<string, unknown>;
+    void resourceVersion, uid, creationTimestamp, managedFields, generation;
+    return owned({ ...o, metadata: { ...metadata, ...(o.kind === 'Secret' ? { namespace: NAMESPACE } : {}) } as K8s['metadata'] });
+  };
+  k.applyObjects([held.ca, held.tls, held.hook].filter((o): o is K8s => o !== undefined).map(bare));
+  const r = helm(['install', RELEASE, CHART, '--namespace', NAMESPACE, '--dry-run=server', ...values.flatMap((v) => ['--set', v])]);
+  // helm prints the release, then MANIFEST:, then NOTES: (the chart's NOTES.txt).
+  const afterManifest = r.stdout.includes('\nMANIFEST:\n') ? r.stdout.slice(r.stdout.indexOf('\nMANIFEST:\n') + 11) : '';
+  const manifest = afterManifest.includes('\nNOTES:\n') ? afterManifest.slice(0, afterManifest.indexOf('\nNOTES:\n')) : afterManifest;
+  return { status: r.status, stderr: r.stderr, state: stateOf(objects(manifest)) };
 }
 
 const pem = (b64: string): string => Buffer.from(b64, 'base64').toString('utf8');
@@ -100,7 +99,7 @@ const day = 24 * 60 * 60 * 1000;
 const stamp = (ms: number) => new Date(ms).toISOString().replace(/\.\d{3}Z$/, 'Z');
 const withAnnotations = (o: K8s, annotations: Record<string, string>): K8s => ({ ...o, metadata: { ...o.metadata, annotations: { ...o.metadata.annotations, ...annotations } } });
 
-describe('the chart-generated certificate across upgrades (helm v3, lookup against a stand-in API server)', () => {
+describe('the chart-generated certificate across upgrades (helm v3, lookup against the real API server)', () => {
   let first: State;
 
   it('a fresh install: the current CA signs the serving certificate; caBundle trusts the current and the next CA; the CA key is in a Secret that is not mounted', () => {
