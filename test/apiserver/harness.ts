@@ -12,12 +12,13 @@
  * of each other's way by namespace and by a namespace label each file's
  * webhook configuration also requires (`vram-preflight.test/suite`).
  */
-import { spawn, spawnSync, type ChildProcess, type SpawnSyncReturns } from 'node:child_process';
+import { spawnSync, type SpawnSyncReturns } from 'node:child_process';
 import { mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import https from 'node:https';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { parseAllDocuments } from 'yaml';
+import { startChild, type Child } from '../webhook/child.js';
 
 export const ROOT = path.resolve(import.meta.dirname, '../..');
 
@@ -219,54 +220,21 @@ export function buildBundle(dir: string): string {
   return bundle;
 }
 
-export interface WebhookProcess {
-  child: ChildProcess;
-  port: number;
-  url: string;
-  stderr(): string;
-  exit: Promise<number | null>;
-  /** Logged JSON lines so far. */
-  logs(): Plain[];
+export type WebhookProcess = Child;
+
+/**
+ * `vram-preflight webhook` as a process on 127.0.0.1 (test/webhook/child.ts starts it); resolves once it
+ * prints `listening PORT`. No shutdown delay: these webhooks sit at a url, with no endpoint to leave
+ * (service.test.ts runs the chart's, with its delay).
+ */
+export function startWebhook(bundle: string, tls: { cert: string; key: string }, args: readonly string[] = [], options: { env?: Record<string, string> } = {}): Promise<WebhookProcess> {
+  return startChild(bundle, tls, ['--shutdown-delay-ms', '0', ...args], { env: { HOME: tmpdir(), ...options.env } });
 }
 
-/** `vram-preflight webhook` as a process, on 127.0.0.1; resolves once it prints `listening PORT`. */
-export function startWebhook(bundle: string, tls: { cert: string; key: string }, args: readonly string[] = [], options: { port?: number; env?: Record<string, string> } = {}): Promise<WebhookProcess> {
-  // No shutdown delay: these webhooks sit at a url, with no endpoint to leave (service.test.ts runs the chart's, with its delay).
-  const child = spawn(process.execPath, [bundle, 'webhook', '--tls-cert-file', tls.cert, '--tls-key-file', tls.key, '--port', String(options.port ?? 0), '--address', '127.0.0.1', '--shutdown-delay-ms', '0', ...args], {
-    env: { PATH: process.env.PATH, HOME: tmpdir(), ...options.env },
-    stdio: ['ignore', 'pipe', 'pipe'],
-  });
-  let stderr = '';
-  child.stderr!.on('data', (d: Buffer) => (stderr += d.toString()));
-  const exit = new Promise<number | null>((resolve) => child.on('exit', (code) => resolve(code)));
-  return new Promise((resolve, reject) => {
-    let stdout = '';
-    child.stdout!.on('data', (d: Buffer) => {
-      stdout += d.toString();
-      const m = /^listening (\d+)\n/.exec(stdout);
-      if (m) {
-        const port = Number(m[1]);
-        resolve({
-          child,
-          port,
-          url: `https://127.0.0.1:${port}`,
-          stderr: () => stderr,
-          exit,
-          logs: () =>
-            stderr
-              .split('\n')
-              .filter((l) => l.startsWith('{'))
-              .map((l) => JSON.parse(l) as Plain),
-        });
-      }
-    });
-    child.on('exit', (code) => reject(new Error(`webhook exited ${code} before listening: ${stderr}`)));
-  });
-}
-
-export async function stopWebhook(w: WebhookProcess | undefined, signal: NodeJS.Signals = 'SIGTERM'): Promise<number | null> {
-  if (!w || w.child.exitCode !== null) return w?.child.exitCode ?? null;
-  w.child.kill(signal);
+/** SIGTERM, and its exit code. */
+export async function stopWebhook(w: WebhookProcess | undefined): Promise<number | null> {
+  if (!w) return null;
+  if (w.child.exitCode === null) w.child.kill('SIGTERM');
   return w.exit;
 }
 
