@@ -30,6 +30,10 @@ service_net=198.51.100
 # KubeRay's operator, for the tests that check the pods it makes (its module has
 # no replace directives: go install takes it at this version).
 kuberay_version=v1.5.0
+# LeaderWorkerSet's controller: its own module (test/cluster/lws), whose go.mod
+# pins the version.
+lws_module="$module/lws"
+lws_version() { sed -n 's/^[[:space:]]*sigs\.k8s\.io\/lws \(v[0-9.]*\).*$/\1/p' "$lws_module/go.mod" | head -n 1; }
 
 # The release built: the version of k8s.io/kubernetes that go.mod requires.
 k8s_version() { sed -n 's/^[[:space:]]*k8s\.io\/kubernetes \(v[0-9.]*\)\([[:space:]].*\)\{0,1\}$/\1/p' "$module/go.mod" | head -n 1; }
@@ -49,19 +53,20 @@ build() {
   local ldflags="-s -w -X k8s.io/component-base/version.gitVersion=$version -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=$minor -X k8s.io/component-base/version.gitTreeState=clean"
   # The binaries are kept while go.mod, go.sum, Go and the build's flags are the same.
   local want stamp="$bin/.stamp"
-  want=$(cat "$module/go.mod" "$module/go.sum" <(go version) <(echo "$tags $ldflags kuberay $kuberay_version") | sha256sum | cut -c1-16)
+  want=$(cat "$module/go.mod" "$module/go.sum" "$lws_module/go.mod" "$lws_module/go.sum" <(go version) <(echo "$tags $ldflags kuberay $kuberay_version") | sha256sum | cut -c1-16)
   if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ] &&
-    [ -x "$bin/etcd" ] && [ -x "$bin/kube-apiserver" ] && [ -x "$bin/kube-controller-manager" ] && [ -x "$bin/kubectl" ] && [ -x "$bin/ray-operator" ]; then
+    [ -x "$bin/etcd" ] && [ -x "$bin/kube-apiserver" ] && [ -x "$bin/kube-controller-manager" ] && [ -x "$bin/kubectl" ] && [ -x "$bin/ray-operator" ] && [ -x "$bin/lws-controller" ]; then
     return 0
   fi
   local started=$SECONDS
   mkdir -p "$bin"
-  log "building kube-apiserver, kube-controller-manager, kubectl $version, etcd and KubeRay's operator $kuberay_version from Go modules (the first build took 15 min on 2 cores with empty Go caches; later ones reuse them)"
+  log "building kube-apiserver, kube-controller-manager, kubectl $version, etcd, KubeRay's operator $kuberay_version and LeaderWorkerSet's controller $(lws_version) from Go modules (the first build took 15 min on 2 cores with empty Go caches; later ones reuse them)"
   (cd "$module" && CGO_ENABLED=0 go build -trimpath -tags "$tags" -ldflags "$ldflags" -o "$bin/" \
     k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager k8s.io/kubernetes/cmd/kubectl)
   # etcd's module root is its main package: -o names the binary (else "v3").
   (cd "$module" && CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o "$bin/etcd" go.etcd.io/etcd/server/v3)
   (cd "$module" && GOFLAGS='' GOBIN="$bin" CGO_ENABLED=0 go install -trimpath -ldflags "-s -w" "github.com/ray-project/kuberay/ray-operator@$kuberay_version")
+  (cd "$lws_module" && CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o "$bin/lws-controller" sigs.k8s.io/lws/cmd)
   echo "$want" >"$stamp"
   log "built in $((SECONDS - started)) s: $(du -sh "$bin" | cut -f1) of binaries"
 }
@@ -254,6 +259,7 @@ env_() {
   echo "VRAM_PREFLIGHT_CLUSTER_BIN=$bin"
   echo "VRAM_PREFLIGHT_CLUSTER_API=https://127.0.0.1:$APISERVER_PORT"
   echo "VRAM_PREFLIGHT_KUBERAY_VERSION=$kuberay_version"
+  echo "VRAM_PREFLIGHT_LWS_VERSION=$(lws_version)"
 }
 
 case "${1:-}" in
