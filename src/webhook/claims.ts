@@ -73,6 +73,9 @@ export function inClusterApiServer(env: Readonly<Record<string, string | undefin
   return `https://${host.includes(':') ? `[${host}]` : host}:${port}`;
 }
 
+/** A read abandoned at its deadline: said the same whichever timer saw it first (the pod's budget or the request's own). */
+class DeadlineError extends Error {}
+
 export class ClaimReader {
   private readonly cache = new Map<string, { read: Read; expires: number }>();
   private readonly inFlight = new Map<string, Promise<Read>>();
@@ -100,7 +103,7 @@ export class ClaimReader {
       references.map(async (ref) => {
         const label = `${ref.kind} ${ref.name}`;
         const read = await Promise.race([this.readOne(namespace, ref), budget]);
-        if (read === 'timeout') failures.set(label, `the Kubernetes API did not answer within ${this.settings.budgetMs} ms`);
+        if (read === 'timeout') failures.set(label, this.noAnswer());
         else if ('error' in read) failures.set(label, read.error);
         else recordDeviceClaim(claims, read.object);
       }),
@@ -174,6 +177,7 @@ export class ClaimReader {
           notFound++;
           continue;
         }
+        if (error instanceof DeadlineError) return { error: this.noAnswer() };
         return { error: `cannot read it from the Kubernetes API: ${(error as Error).message}` };
       }
     }
@@ -198,7 +202,7 @@ export class ClaimReader {
     }
     const url = new URL(path, this.settings.apiServer);
     const left = deadline - Date.now();
-    if (left <= 0) return Promise.reject(new Error(`no answer within ${this.settings.budgetMs} ms`));
+    if (left <= 0) return Promise.reject(new DeadlineError(this.noAnswer()));
     return new Promise<Record<string, unknown>>((resolve, reject) => {
       const req = request(url, { agent: this.agent, headers: { Authorization: `Bearer ${token}`, Accept: 'application/json' } }, (res) => {
         const chunks: Buffer[] = [];
@@ -229,11 +233,15 @@ export class ClaimReader {
         res.on('error', reject);
       });
       // The whole exchange, not the socket's idleness (a `timeout` option would start only once a socket is assigned).
-      const timer = setTimeout(() => req.destroy(new Error(`no answer within ${this.settings.budgetMs} ms`)), left);
+      const timer = setTimeout(() => req.destroy(new DeadlineError(this.noAnswer())), left);
       req.on('close', () => clearTimeout(timer));
       req.on('error', reject);
       req.end();
     });
+  }
+
+  private noAnswer(): string {
+    return `the Kubernetes API did not answer within ${this.settings.budgetMs} ms`;
   }
 
   close(): void {

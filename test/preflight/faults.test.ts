@@ -339,11 +339,11 @@ describe.each(SHELLS)('faults under $name', (shell) => {
 
   describe.concurrent('the start cannot run', () => {
     it.each([
-      ['a path that does not exist', () => ['/nonexistent/bin/vllm', 'serve'], EXIT_START_NOT_FOUND, /the start "\/nonexistent\/bin\/vllm" \(the program after --\) does not exist/],
-      ['a name not on PATH', () => ['vllm-not-installed', 'serve'], EXIT_START_NOT_FOUND, /the start "vllm-not-installed" \(the program after --\) is not found in PATH=/],
-      ['a directory', () => ['/usr'], EXIT_START_NOT_EXECUTABLE, /the start "\/usr" \(the program after --\) is not an executable file/],
-      ['a file without x', () => ['{dir}/not-executable'], EXIT_START_NOT_EXECUTABLE, /the start "\/.*\/not-executable" \(the program after --\) is not an executable file/],
-    ] as const)('%s: exit %i naming the start, before any nvidia-smi query', async (_n, argv, code, msg) => {
+      ['a path that does not exist', EXIT_START_NOT_FOUND, () => ['/nonexistent/bin/vllm', 'serve'], /the start "\/nonexistent\/bin\/vllm" \(the program after --\) does not exist/],
+      ['a name not on PATH', EXIT_START_NOT_FOUND, () => ['vllm-not-installed', 'serve'], /the start "vllm-not-installed" \(the program after --\) is not found in PATH=/],
+      ['a directory', EXIT_START_NOT_EXECUTABLE, () => ['/usr'], /the start "\/usr" \(the program after --\) is not an executable file/],
+      ['a file without x', EXIT_START_NOT_EXECUTABLE, () => ['{dir}/not-executable'], /the start "\/.*\/not-executable" \(the program after --\) is not an executable file/],
+    ] as const)('%s: exit %i naming the start, before any nvidia-smi query', async (_n, code, argv, msg) => {
       const r = await fault(shell, { start: [...argv()], readings: [{ out: SHORT }] });
       expect(r.code).toBe(code);
       expect(r.queries).toEqual([]);

@@ -478,10 +478,10 @@ describe.each(SHELLS)('preflight under $name', (shell) => {
     });
 
     it.each([
-      ['SIGTERM', EXIT_SIGTERM, 'while nvidia-smi runs, before the first sleep', 1, 0],
-      ['SIGTERM', EXIT_SIGTERM, 'during the sleep between polls', 2, 150],
-      ['SIGINT', EXIT_SIGINT, 'during the sleep between polls', 2, 150],
-    ] as const)('%s %s stops the wait within a second (exit %i)', async (sig, code, _when, afterQueries, extraMs) => {
+      ['SIGTERM', 'while nvidia-smi runs, before the first sleep', EXIT_SIGTERM, 1, 0],
+      ['SIGTERM', 'during the sleep between polls', EXIT_SIGTERM, 2, 150],
+      ['SIGINT', 'during the sleep between polls', EXIT_SIGINT, 2, 150],
+    ] as const)('%s %s: stops the wait within a second (exit %i)', async (sig, _when, code, afterQueries, extraMs) => {
       const h = start(shell, {
         pid1: true,
         settings: { pollIntervalSeconds: 0.5, timeoutSeconds: 30 },
