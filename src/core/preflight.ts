@@ -622,6 +622,10 @@ sweep() {
     swept=1
     for f in $kin; do f=\${f#/proc/}; kill -$sig "\${f%/environ}" 2>/dev/null || :; done
   done
+  # A KILLed process ends only when it next runs, which a busy machine delays: look again
+  # (at most 200 times) until none is left, so that vLLM never inherits one still running.
+  n=x
+  while [ \${#n} -lt 200 ] && grep -qszxF "VRAM_PREFLIGHT_QUERY=$mark" /proc/[0-9]*/environ 2>/dev/null; do n=x$n; done
 }
 # This shell's pid in /proc, if that /proc is of its own PID namespace (it names PPID as parent).
 read -r me _ _ dad _ 2>/dev/null </proc/self/stat || me=''
