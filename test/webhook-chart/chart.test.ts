@@ -531,6 +531,8 @@ describe('NOTES.txt (helm v4 install --dry-run=client, which needs no cluster)',
     expect(text).toContain('--dry-run=server');
     expect(text).toContain('It prints {"vram-preflight.io/wrapped":"vllm"}');
     expect(text).toContain('-l app.kubernetes.io/instance=vram-preflight,app.kubernetes.io/name=vram-preflight-webhook');
+    expect(text).toMatch(/^ {5}vram-preflight audit$/m);
+    expect(text).toContain('audit.cronJob.enabled=true runs it in the cluster');
     expect(text).toContain('Secrets vram-preflight-webhook-tls and vram-preflight-webhook-ca');
     expect(text).toContain('--set certificates.generated.rotation=');
     // The pod of the check is one the webhook wraps: admit it as the dry run would.
@@ -549,6 +551,10 @@ describe('NOTES.txt (helm v4 install --dry-run=client, which needs no cluster)',
     expect(text).not.toContain('certificates.generated.rotation');
     expect(text).toContain('the ServiceMonitor vram-preflight-webhook scrapes /metrics over HTTP on port 9090');
     expect(text).toContain('Alerts: the PrometheusRule vram-preflight-webhook');
+    // The audit's CronJob, when enabled: how to run it now and read it.
+    const audited = notes(['audit.cronJob.enabled=true']);
+    expect(audited).toContain('the CronJob vram-preflight-webhook-audit runs it on "17 * * * *"');
+    expect(audited).toContain('kubectl -n vram-preflight create job --from=cronjob/vram-preflight-webhook-audit audit-now');
   });
 });
 
