@@ -628,6 +628,18 @@ describe.each(Object.keys(HELMS) as Helm[])('helm %s: metrics', (which) => {
     expect(monitor.spec.endpoints).toEqual([{ path: '/metrics', interval: '30s', scrapeTimeout: '10s', port: 'metrics', scheme: 'http' }]);
   });
 
+  it("metrics.port the same as webhook.port (the webhook would refuse it at start) or service.port (two Service ports alike, which the API server refuses) fails the install, naming it", () => {
+    for (const [values, says] of [
+      [['metrics.port=8443'], 'metrics.port 8443 is webhook.port'],
+      [['metrics.port=9443', 'webhook.port=9443'], 'metrics.port 9443 is webhook.port'],
+      [['metrics.port=443'], 'metrics.port 443 is service.port'],
+    ] as const) {
+      const r = helm(which, ['template', RELEASE, CHART, ...values.flatMap((v) => ['--set', v])]);
+      expect(r.status, values.join(',')).not.toBe(0);
+      expect(r.stderr).toContain(says);
+    }
+  });
+
   it('without metrics.port the ServiceMonitor scrapes the HTTPS port, verifying against the CAs of the TLS Secret (both certificate modes)', () => {
     for (const mode of [[], ['certificates.certManager.enabled=true']]) {
       const all = template(which, ['metrics.serviceMonitor.enabled=true', ...mode]);
