@@ -73,7 +73,7 @@ const VALUES = {
     heapMiB: int("Node's heap cap (--max-old-space-size), MiB. 0: 3/8 of resources.limits.memory; the webhook sizes its other limits from it.", { minimum: 0, maximum: 65536 }),
   }),
   metrics: object('Prometheus metrics (docs/webhook.md, "Metrics").', {
-    port: int('A plain-HTTP port that serves /metrics only (0: none; /metrics is then on the HTTPS port alone, behind the chart CA).', { minimum: 0, maximum: 65535 }),
+    port: int('A plain-HTTP port that serves /metrics only, neither webhook.port nor service.port (0: none; /metrics is then on the HTTPS port alone, behind the chart CA).', { minimum: 0, maximum: 65535 }),
     serviceMonitor: object('A Prometheus Operator ServiceMonitor (monitoring.coreos.com/v1) for the webhook pods.', {
       enabled: bool('Create it (needs the Prometheus Operator CRDs).'),
       interval: str('Scrape interval.', { pattern: PROMETHEUS_DURATION }),

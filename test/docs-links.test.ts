@@ -2,8 +2,9 @@
  * Every link in the documentation leads somewhere: a relative link (or a link
  * to this repository on GitHub) names a file that exists, and its #anchor a
  * heading of that file, as GitHub makes anchors of headings; a "file.md §N"
- * reference names a section N that the file has. For README.md, CHANGELOG.md,
- * docs/ and the webhook chart's README.
+ * reference names a section N that the file has; no issue of this project is
+ * cited by number. For README.md, CHANGELOG.md, docs/ and the webhook chart's
+ * README.
  */
 import { existsSync, readdirSync, readFileSync, statSync } from 'node:fs';
 import path from 'node:path';
@@ -95,6 +96,11 @@ describe('documentation links', () => {
       return new RegExp(`^#{2,3} ${n}\\. `, 'm').test(headings) ? [] : [`${whole} (${candidates[0]} has no section ${n})`];
     });
     expect(broken).toEqual([]);
+  });
+
+  it.each(FILES)('%s: cites no issue of this project by number (a reader cannot follow it; other projects\' owner/repo#N are links of their own)', (file) => {
+    const cited = [...prose(readFileSync(path.join(ROOT, file), 'utf8')).matchAll(/\b(?:issues?|task) #?\d+/gi)].map((m) => m[0]);
+    expect(cited).toEqual([]);
   });
 
   it('anchors: as GitHub makes them', () => {

@@ -26,6 +26,7 @@ import { ACTION_EFFECTS, ANNOTATION_NOT_WRAPPED, ANNOTATION_WRAPPED, asObject, c
 import { escapeControl } from '../core/errors.js';
 import { allowedAnswer, echo, readReview, type Admission, type RefusalFix, type RefusedContainer } from './answers.js';
 import type { ClaimReadResult, ClaimReference } from './claims.js';
+import { LOOKUP_NOT_ALLOWED } from './image-starts.js';
 import type { Outcome } from './metrics.js';
 
 export type { Admission, RefusalFix, RefusedContainer };
@@ -157,10 +158,10 @@ function containerNamed(pod: Plain, name: string): Plain | undefined {
 }
 
 /** The fix of a refused container: for a start only a registry could place, the config entry; else the error's own fix. */
-function refusalFix(pod: Plain, report: ContainerReport, lookupFailed: boolean): RefusalFix | undefined {
+function refusalFix(pod: Plain, report: ContainerReport, lookupFailed: boolean, notAllowed: boolean): RefusalFix | undefined {
   if (report.error?.code === 'UNKNOWN_START' && report.image !== undefined) {
     const args = containerNamed(pod, report.container)?.args;
-    return { entry: imageEntryFix(report.image, Array.isArray(args) && args.length > 0, lookupFailed) };
+    return { entry: imageEntryFix(report.image, Array.isArray(args) && args.length > 0, lookupFailed, notAllowed) };
   }
   const fix = report.error?.details.fix;
   return fix ? { text: fix.split('\n')[0]! } : undefined;
@@ -196,7 +197,7 @@ function readResult(pod: Plain, result: PatchResult, claimFailures: ReadonlyMap<
       // The core's reason lists every source it tried; where the registry was the last hope, its failure is what to read first.
       const answer = report.image === undefined ? undefined : answers?.get(report.image);
       const failed = answer && 'error' in answer ? answer.error : undefined;
-      const fix = refusalFix(pod, report, failed !== undefined);
+      const fix = refusalFix(pod, report, failed !== undefined, failed === LOOKUP_NOT_ALLOWED);
       refused.push({ container, reason: failed ? `the start of its image is known only to its registry, and ${failed}` : report.reason, ...(fix ? { fix } : {}) });
     } else if (report.unknownDeviceClaims && claimFailures.size > 0) {
       // vLLM whose GPU is a claim we could not read: the core could not tell; say why it could not.

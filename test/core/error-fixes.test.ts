@@ -102,6 +102,29 @@ describe('every PreflightError has a fix', () => {
     expect(run.stdout).toBe('');
     expectFix(run.stderr, 'IO');
   });
+
+  it.each([
+    ['unreachable', 'the registry cannot be reached from here: check the way to it (HTTPS_PROXY/NO_PROXY, --registry-ca-file'],
+    ['denied', 'give credentials for this registry: `docker login <registry>` writes them into ~/.docker/config.json, which resolve reads'],
+    ['not-found', 'check the repository and tag: the registry has no r.example/team/vllm:v1 (skopeo list-tags docker://r.example/team/vllm lists the tags)'],
+    ['invalid', 'check the image reference and --registry-platform (docs/registry-lookup.md)'],
+  ] as const)('resolve: a lookup that failed (%s) gets the fix for what failed', async (kind, fix) => {
+    const { main } = await import('../../src/cli/main.js');
+    let stdout = '';
+    let stderr = '';
+    const code = await main(['resolve', 'r.example/team/vllm:v1'], {
+      stdin: (async function* () {})(),
+      stdout: { write: (t: string) => (stdout += t) },
+      stderr: { write: (t: string) => (stderr += t) },
+      env: {},
+      readFile: () => '',
+      writeFile: () => undefined,
+      lookupImageStarts: async (images) => new Map(images.map((image) => [image, { image, error: `${kind} (as the registry client says)`, kind }])),
+    });
+    expect(code).toBe(1);
+    expect(stdout).toBe('');
+    expect(stderr).toContain(`vram-preflight: error IO: image "r.example/team/vllm:v1": ${kind} (as the registry client says)\n  fix: ${fix}`);
+  });
 });
 
 describe('explain escapes text from the input', () => {

@@ -531,6 +531,8 @@ describe('NOTES.txt (helm v4 install --dry-run=client, which needs no cluster)',
     expect(text).toContain('--dry-run=server');
     expect(text).toContain('It prints {"vram-preflight.io/wrapped":"vllm"}');
     expect(text).toContain('-l app.kubernetes.io/instance=vram-preflight,app.kubernetes.io/name=vram-preflight-webhook');
+    expect(text).toMatch(/^ {5}vram-preflight audit$/m);
+    expect(text).toContain('audit.cronJob.enabled=true runs it in the cluster');
     expect(text).toContain('Secrets vram-preflight-webhook-tls and vram-preflight-webhook-ca');
     expect(text).toContain('--set certificates.generated.rotation=');
     // The pod of the check is one the webhook wraps: admit it as the dry run would.
@@ -549,6 +551,10 @@ describe('NOTES.txt (helm v4 install --dry-run=client, which needs no cluster)',
     expect(text).not.toContain('certificates.generated.rotation');
     expect(text).toContain('the ServiceMonitor vram-preflight-webhook scrapes /metrics over HTTP on port 9090');
     expect(text).toContain('Alerts: the PrometheusRule vram-preflight-webhook');
+    // The audit's CronJob, when enabled: how to run it now and read it.
+    const audited = notes(['audit.cronJob.enabled=true']);
+    expect(audited).toContain('the CronJob vram-preflight-webhook-audit runs it on "17 * * * *"');
+    expect(audited).toContain('kubectl -n vram-preflight create job --from=cronjob/vram-preflight-webhook-audit audit-now');
   });
 });
 
@@ -620,6 +626,18 @@ describe.each(Object.keys(HELMS) as Helm[])('helm %s: metrics', (which) => {
     expect(monitor.metadata.labels!.release).toBe('kube-prometheus-stack');
     expect(monitor.spec.selector.matchLabels).toEqual(only(all, 'Service').spec.selector);
     expect(monitor.spec.endpoints).toEqual([{ path: '/metrics', interval: '30s', scrapeTimeout: '10s', port: 'metrics', scheme: 'http' }]);
+  });
+
+  it("metrics.port the same as webhook.port (the webhook would refuse it at start) or service.port (two Service ports alike, which the API server refuses) fails the install, naming it", () => {
+    for (const [values, says] of [
+      [['metrics.port=8443'], 'metrics.port 8443 is webhook.port'],
+      [['metrics.port=9443', 'webhook.port=9443'], 'metrics.port 9443 is webhook.port'],
+      [['metrics.port=443'], 'metrics.port 443 is service.port'],
+    ] as const) {
+      const r = helm(which, ['template', RELEASE, CHART, ...values.flatMap((v) => ['--set', v])]);
+      expect(r.status, values.join(',')).not.toBe(0);
+      expect(r.stderr).toContain(says);
+    }
   });
 
   it('without metrics.port the ServiceMonitor scrapes the HTTPS port, verifying against the CAs of the TLS Secret (both certificate modes)', () => {

@@ -78,6 +78,11 @@ describe('registry lookups cannot be aimed (row 7)', () => {
     c.figure(7, `a pod aiming at ${aimed.host}: ${aimed.total()} connections made there; the pod reads: "${warnings[0]}"`);
     expect(aimed.total()).toBe(0);
     for (const warning of warnings) expect(warning).toMatch(/its registry is not one the webhook may look up \(registryAllow in the config\)$/);
+    // The fix in the annotation says why the registry was not read (not that it did not answer), and what would let the webhook ask it.
+    const image = `${aimed.host}/vllm/vllm-openai:v0.12.0`;
+    const note = ((h.applyPatch(podOf(image), h.readReview(answers[0]!).patch!) as h.Pod).metadata.annotations as Record<string, string>)['vram-preflight.io/not-wrapped']!;
+    expect(note).toContain(`(the webhook may not ask its registry (registryAllow in the config would let it), so read the image's ENTRYPOINT where it can be pulled (\`skopeo inspect --config docker://${image}\``);
+    expect(note).not.toContain('did not answer');
   }, 30_000);
 
   it('an allowed registry that fails: the pod reads "the lookup failed", never how (refused, timed out, which address); the log says how', async () => {

@@ -213,8 +213,11 @@ export interface ImageEntryFix {
   howToRead?: string;
 }
 
-/** The entry for `raw` (an image as written); `lookupFailed`: the registry was asked and did not answer here. */
-export function imageEntryFix(raw: string, hasArgs: boolean, lookupFailed: boolean): ImageEntryFix {
+/**
+ * The entry for `raw` (an image as written); `lookupFailed`: the registry was not read here,
+ * because it did not answer or, with `notAllowed`, because the webhook may not ask it.
+ */
+export function imageEntryFix(raw: string, hasArgs: boolean, lookupFailed: boolean, notAllowed = false): ImageEntryFix {
   const image = parseImage(raw);
   const repository = repositoryForConfig(image);
   const pin = image.digest !== undefined && image.tag === undefined ? { key: 'digest' as const, value: image.digest } : { key: 'tag' as const, value: effectiveTag(image) ?? '*' };
@@ -222,9 +225,12 @@ export function imageEntryFix(raw: string, hasArgs: boolean, lookupFailed: boole
   if (alike !== undefined && findKnownImage(image, alike) !== undefined) return { repository, pin, like: alike, needsCmd: false };
   const what = hasArgs ? 'ENTRYPOINT' : 'ENTRYPOINT and CMD';
   // Right after the registry failed to answer, `resolve` (which asks the same registry) would fail too.
-  const howToRead = lookupFailed
-    ? `the registry did not answer from here, so read the image's ${what} where it can be pulled (\`skopeo inspect --config docker://${raw.trim()}\`, or \`docker image inspect ${raw.trim()}\`)`
-    : `\`vram-preflight resolve ${raw.trim()}\` prints this entry from the registry`;
+  const pulled = `read the image's ${what} where it can be pulled (\`skopeo inspect --config docker://${raw.trim()}\`, or \`docker image inspect ${raw.trim()}\`)`;
+  const howToRead = !lookupFailed
+    ? `\`vram-preflight resolve ${raw.trim()}\` prints this entry from the registry`
+    : notAllowed
+      ? `the webhook may not ask its registry (registryAllow in the config would let it), so ${pulled}`
+      : `the registry did not answer from here, so ${pulled}`;
   return { repository, pin, needsCmd: !hasArgs, howToRead };
 }
 
