@@ -1,9 +1,9 @@
 /**
  * Helm 3 (v3.17.2, the real binary) running the bundle as a post-renderer:
  * found on PATH by name and given by absolute path, with --post-renderer-args,
- * --show-only, failures, and `helm install --dry-run=client`.
+ * --show-only and failures. `helm install` itself, its dry run included, runs
+ * against the real API server in test/apiserver/helm-install.test.ts.
  */
-import { spawn, type ChildProcess } from 'node:child_process';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import {
@@ -20,7 +20,6 @@ import {
   parseK8s,
   podContainers,
   removeTempDirs,
-  ROOT,
   splitHelmOutput,
   unwrap,
   ZOO_WRAPPED,
@@ -123,52 +122,9 @@ describe('helm 3 template --post-renderer', () => {
 });
 
 describe('helm 3 install --dry-run=client', () => {
-  let api: ChildProcess | undefined;
-  let apiserver = '';
-
-  beforeAll(async () => {
-    api = spawn(process.execPath, [path.join(ROOT, 'test/e2e/fake-apiserver.mjs')], { stdio: ['ignore', 'pipe', 'inherit'] });
-    const port = await new Promise<string>((resolve, reject) => {
-      let buf = '';
-      api!.stdout!.on('data', (d: Buffer) => {
-        buf += d.toString();
-        const m = /listening (\d+)/.exec(buf);
-        if (m) resolve(m[1]!);
-      });
-      api!.on('exit', (code) => reject(new Error(`fake API server exited ${code}`)));
-    });
-    apiserver = `http://127.0.0.1:${port}`;
-  });
-
-  afterAll(() => {
-    api?.kill('SIGTERM');
-  });
-
   it('needs a reachable API server in Helm 3 (unlike Helm 4)', () => {
     const r = helm(3, ['install', 'zoo', CHART, '--dry-run=client', '--post-renderer', 'vram-preflight', '--kube-apiserver', 'http://127.0.0.1:9'], env);
     expect(r.status).not.toBe(0);
     expect(r.stderr).toMatch(/cluster unreachable/i);
-  });
-
-  it('renders the release through the post-renderer; hooks stay as rendered', () => {
-    const out = helmOk(
-      3,
-      ['install', 'zoo', CHART, '--dry-run=client', '--disable-openapi-validation', '--kube-apiserver', apiserver, '--post-renderer', 'vram-preflight', '--post-renderer-args=--timeout-seconds=900'],
-      env,
-    );
-    const hooksAt = out.indexOf('\nHOOKS:\n');
-    const manifestAt = out.indexOf('\nMANIFEST:\n');
-    expect(hooksAt).toBeGreaterThan(0);
-    expect(manifestAt).toBeGreaterThan(hooksAt);
-    const hooks = bySource(splitHelmOutput(out.slice(hooksAt + 8, manifestAt)));
-    const manifest = out.slice(manifestAt + 11);
-    const template = helmOk(3, ['template', 'zoo', CHART, '--post-renderer', 'vram-preflight', '--post-renderer-args=--timeout-seconds=900'], env);
-    const expected = bySource(splitHelmOutput(template));
-    const got = bySource(splitHelmOutput(manifest));
-    for (const [source, doc] of got) expect(doc.text.trimEnd(), source).toBe(expected.get(source)!.text.trimEnd());
-    expect(got.size).toBe(expected.size - 1);
-    expect([...hooks.keys()]).toEqual([`${CHART_NAME}/templates/hook-job.yaml`]);
-    const wrapped = podContainers(parseK8s(got.get(`${CHART_NAME}/templates/vllm-args.yaml`)!.text));
-    expect(unwrap(wrapped[0]!).script).toMatch(/\b900\b/);
   });
 });
