@@ -26,6 +26,7 @@ import { mentionsAnyLowered, TARGET_WORDS } from './decide/target-words.js';
 import { mentionMayDecide } from './decide/deciding-mentions.js';
 import { parseDocuments } from './yaml/fast-parse.js';
 import { MAX_NESTING, nestingDepth } from './yaml/depth.js';
+import { yaml11BreakOutsideQuotes } from './yaml/go-yaml.js';
 import { isJsWhitespace, isLineTerminator } from './char-classes.js';
 import { effectiveGet, findDuplicateKeys, resolveAlias, type ParsedDocument } from './yaml/nodes.js';
 
@@ -334,6 +335,20 @@ export function transform(stream: StreamText, options: Options, input: Transform
       result.warnings.splice(warningsBefore);
       result.containers.splice(containersBefore);
       tooDeep('deeper than its reader can follow (the JavaScript call stack ran out)');
+    }
+    // A line go-yaml sees and YAML 1.2 does not (a NEL in a comment) may hide or add a container,
+    // an item or an annotation: what was decided here is not what the cluster reads.
+    const hidden = result.errors.length === errorsBefore ? yaml11BreakOutsideQuotes(chunk.text) : -1;
+    if (hidden !== -1) {
+      const code = chunk.text.charCodeAt(hidden);
+      const name = code === 0x85 ? 'NEL (U+0085)' : code === 0x2028 ? 'LS (U+2028)' : 'PS (U+2029)';
+      result.errors.push(
+        new PreflightError('YAML_SYNTAX', `a raw ${name} outside a quoted string, with text after it on its line: go-yaml (Helm, kubectl) reads it as a line break, so the text after it is a line of its own to the cluster (a comment ends there), not to vram-preflight's reader`, {
+          document: refFromText(lines, chunk, index, previous),
+          position: lines.position(chunk.offset + hidden),
+          fix: 'remove the character, or write it inside a double-quoted string as \\N, \\L or \\P',
+        }),
+      );
     }
   }
   result.wantedImages = [...wanted];

@@ -144,4 +144,49 @@ describe('NEL, LS and PS in command/args items: line breaks to go-yaml', () => {
     expect(run.code).toBe(1);
     expect(run.stderr).toContain('holds a raw NEL, LS or PS (U+0085, U+2028, U+2029), which go-yaml (Helm, kubectl) reads as a line break that ends the scalar there');
   });
+
+  // The rule, not only command/args items: go-yaml ends a comment, a plain or a block scalar at the
+  // break, so the text after it is a line the cluster reads and YAML 1.2 does not.
+  const block = (line: string, meta = '') => `apiVersion: v1
+kind: Pod
+metadata:
+  name: p${meta}
+spec:
+  containers:
+    - name: vllm
+      image: vllm/vllm-openai:v0.8.0
+      command: ["vllm", "serve"]
+      args:
+        - --gpu-memory-utilization=0.9${line}
+      resources:
+        limits:
+          nvidia.com/gpu: 1
+`;
+
+  it.each([
+    ['NEL', ' # note\u0085        - --gpu-memory-utilization=0.5', 'NEL (U+0085)'],
+    ['LS', ' # note\u2028        - --gpu-memory-utilization=0.5', 'LS (U+2028)'],
+    ['PS, in metadata,', '', 'PS (U+2029)', ' # x\u2029  annotations: {vram-preflight.io/skip: "true"}'],
+  ])('%s in a comment with text after it: refused (YAML_SYNTAX, line and column), as that text is a line to Helm and kubectl', async (_what, line, name, meta = '') => {
+    const run = await runCli([], block(line, meta));
+    expect(run.code).toBe(1);
+    expect(run.stdout).toBe('');
+    expect(run.stderr).toContain(`error YAML_SYNTAX: Pod/p (document 1, line 1), line ${meta ? 4 : 11}, column `);
+    expect(run.stderr).toContain(`a raw ${name} outside a quoted string, with text after it on its line: go-yaml (Helm, kubectl) reads it as a line break`);
+  });
+
+  it('in a block scalar outside command/args (an annotation), with text after it: refused as well', async () => {
+    const run = await runCli([], block('', '\n  annotations:\n    note: |\n      a\u0085b: c'));
+    expect(run.code).toBe(1);
+    expect(run.stderr).toContain('error YAML_SYNTAX: ');
+  });
+
+  it('at a line end (only blanks after it), or in a quoted string outside command/args: read and wrapped, nothing changes for go-yaml', async () => {
+    for (const text of [block(' # note\u0085  '), block('', '\n  annotations:\n    note: "a\u0085b"')]) {
+      const run = await runCli([], text);
+      expect(run.stderr).toBe('');
+      expect(run.code).toBe(0);
+      expect(run.stdout).toContain('# vram-preflight ');
+    }
+  });
 });

@@ -77,9 +77,21 @@ export interface GpuSignal {
   mig?: true;
 }
 
-/** A device list names a MIG instance (`MIG-<uuid>`, or the old `MIG-GPU-<uuid>/gi/ci`). */
+/**
+ * A device list names a MIG instance: `MIG-<uuid>`, the old `MIG-GPU-<uuid>/gi/ci`, or, in
+ * NVIDIA_VISIBLE_DEVICES, `<gpu index>:<mig index>` (nvidia-container-toolkit's index form;
+ * CUDA_VISIBLE_DEVICES takes no such entry, isCudaDeviceList refuses it first).
+ */
 function namesMigDevice(list: string): boolean {
-  return list.split(',').some((entry) => entry.trim().startsWith('MIG-'));
+  return list.split(',').some((entry) => entry.trim().startsWith('MIG-') || isMigIndex(entry.trim()));
+}
+
+/** `/^\d+:\d+$/.test(entry)`, by a scan (a render runs it per container; docs/benchmarks.md). */
+function isMigIndex(entry: string): boolean {
+  const colon = entry.indexOf(':');
+  if (colon < 1 || colon === entry.length - 1) return false;
+  for (let i = 0; i < entry.length; i++) if (i !== colon && !isAsciiDigit(entry.charCodeAt(i))) return false;
+  return true;
 }
 
 /** The signal, marked as a MIG instance where it is one. */

@@ -7,6 +7,7 @@
  * cluster refuses install once wrapped.
  * Plain scans, no regexes on the hot path: a render calls these for every argv item.
  */
+import { Lexer } from 'yaml';
 import { isAsciiDigit } from '../char-classes.js';
 
 export type GoYamlType = 'str' | 'int' | 'float' | 'bool' | 'null';
@@ -97,6 +98,39 @@ export function hasYaml11Break(text: string): boolean {
 
 const BLANK = (c: string | undefined): boolean => c === ' ' || c === '\t';
 const BREAK = (c: string | undefined): boolean => c === '\n' || c === '\r' || c === '\u0085' || c === '\u2028' || c === '\u2029';
+
+/** The `yaml` lexer's marks, which stand for no source text. */
+const LEXER_MARKS = new Set(['\x02', '\x18', '\x1f']);
+
+/**
+ * Where go-yaml would read a line that YAML 1.2 does not see: the offset of the first raw NEL,
+ * LS or PS outside a quoted scalar (in a comment, a plain or a block scalar) with more than
+ * blanks after it on its line; -1 when there is none. go-yaml ends a comment there, and the
+ * text after it is a line of its own to the cluster: `- a # note<NEL>  - b` is two items to
+ * Helm and kubectl, one to vram-preflight, and the wrapped start would drop `b`. The same text
+ * in a plain or block scalar ends or splits the scalar. (In a quoted scalar a break only folds:
+ * command/args items are read as go-yaml reads them, edit.ts.) Lexed only when the text holds
+ * one of the three at all.
+ */
+export function yaml11BreakOutsideQuotes(text: string): number {
+  if (!hasYaml11Break(text)) return -1;
+  let offset = 0;
+  for (const token of new Lexer().lex(text)) {
+    if (LEXER_MARKS.has(token)) continue;
+    // A quoted scalar's token starts with its quote (the lexer's own test, CST.tokenType).
+    if (token[0] !== '"' && token[0] !== "'") {
+      for (let i = 0; i < token.length; i++) {
+        const c = token.charCodeAt(i);
+        if (c !== 0x85 && c !== 0x2028 && c !== 0x2029) continue;
+        let j = i + 1;
+        while (BLANK(token[j]) || (BREAK(token[j]) && token[j] !== '\n')) j++;
+        if (j < token.length && token[j] !== '\n') return offset + i;
+      }
+    }
+    offset += token.length;
+  }
+  return -1;
+}
 
 /** goyaml's read_line: a break as it goes into the value (CR LF, CR, LF and NEL as LF; LS and PS as themselves), and its length. */
 function readLine(s: string, i: number): [string, number] {
