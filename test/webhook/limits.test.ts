@@ -1,10 +1,10 @@
 /**
  * Memory and time are bounded by design (issue 27, rows 1-3 and 13): the
  * webhook as the chart runs it (the built bundle, the heap cap the chart
- * derives from its 256Mi limit) under the load a hostile or merely busy
- * client can make, while a legitimate admission is timed every 100 ms from
- * this process (the attacker is a process of its own). Each test prints its
- * figures ([row N] ...).
+ * derives from its memory limit in deploy/webhook/values.yaml) under the load
+ * a hostile or merely busy client can make, while a legitimate admission is
+ * timed every 100 ms from this process (the attacker is a process of its
+ * own). Each test prints its figures ([row N] ...).
  */
 import { spawn } from 'node:child_process';
 import https from 'node:https';
