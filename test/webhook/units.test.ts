@@ -168,7 +168,8 @@ describe('the patch, base64 in pieces', () => {
       let added = 0;
       for (const char of expected) {
         while (!decoded.startsWith(char, at) && decoded[at] === ' ') (at++, added++);
-        expect(decoded.slice(at, at + char.length), `at ${at}`).toBe(char);
+        // expect() only on a mismatch: one per character made this test ~20 s, past its timeout on a busy machine.
+        if (!decoded.startsWith(char, at)) expect(decoded.slice(at, at + char.length), `at ${at}`).toBe(char);
         at += char.length;
       }
       expect(decoded.slice(at).trim()).toBe('');
