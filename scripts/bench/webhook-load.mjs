@@ -1,7 +1,9 @@
 // Section (e) of `npm run bench`: load on `vram-preflight webhook`.
 //
 // The bundle runs as a child, as a Deployment runs it (TLS with a certificate
-// made here by openssl, --registry-lookup never: these pods need no lookup);
+// made here by openssl, --registry-lookup never: these pods need no lookup;
+// Node's heap cap as the chart derives it from its memory limit, so that
+// every limit of the hardening is on);
 // this process is the API server: AdmissionReviews over kept-alive HTTP/1.1
 // connections (1, 16, 128 at once) and over one HTTP/2 session (16 streams at
 // once, as the API server's Go client multiplexes), each connection sending
@@ -25,6 +27,19 @@ import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 
 const GOALS = { p99AtSixteenMs: 5, perSecond: 2000 };
+
+/**
+ * The chart's heap cap, MiB: 3/8 of resources.limits.memory in
+ * deploy/webhook/values.yaml (deploy/webhook/templates/_helpers.tpl; the
+ * chart test holds that rule). The bench runs the webhook under it, as the
+ * chart does.
+ */
+function chartHeapMiB() {
+  const values = readFileSync(path.join(path.dirname(fileURLToPath(import.meta.url)), '../../deploy/webhook/values.yaml'), 'utf8');
+  const m = /^resources:\n(?:[ ].*\n)*?[ ]+limits:\n[ ]+memory: (\d+)(Mi|Gi)$/m.exec(values);
+  if (!m) throw new Error('deploy/webhook/values.yaml: no resources.limits.memory in Mi or Gi');
+  return Math.floor((Number(m[1]) * (m[2] === 'Gi' ? 1024 : 1) * 3) / 8);
+}
 
 function pod(withVllm) {
   const container = withVllm
@@ -73,7 +88,7 @@ function rssMiB(pid) {
   return Number(/^VmRSS:\s+(\d+) kB/m.exec(status)[1]) / 1024;
 }
 
-export async function webhookLoad({ bundle, node = process.execPath, env = process.env, work, quick = false, say = (s) => process.stdout.write(`${s}\n`) }) {
+export async function webhookLoad({ bundle, node = process.execPath, env = process.env, work, quick = false, heapMiB = chartHeapMiB(), say = (s) => process.stdout.write(`${s}\n`) }) {
   mkdirSync(work, { recursive: true });
   const cert = path.join(work, 'tls.crt');
   const key = path.join(work, 'tls.key');
@@ -81,7 +96,8 @@ export async function webhookLoad({ bundle, node = process.execPath, env = proce
   const ca = readFileSync(cert);
   // The log is part of the work (one JSON line per admission); it goes to a file.
   const log = openSync(path.join(work, 'webhook.log'), 'w');
-  const child = spawn(node, [bundle, 'webhook', '--tls-cert-file', cert, '--tls-key-file', key, '--port', '0', '--address', '127.0.0.1', '--registry-lookup', 'never'], { env, stdio: ['ignore', 'pipe', log] });
+  say(`  the webhook's heap cap: ${heapMiB} MiB (--max-old-space-size, as the chart sets it)`);
+  const child = spawn(node, [`--max-old-space-size=${heapMiB}`, bundle, 'webhook', '--tls-cert-file', cert, '--tls-key-file', key, '--port', '0', '--address', '127.0.0.1', '--registry-lookup', 'never'], { env, stdio: ['ignore', 'pipe', log] });
   const port = await new Promise((resolve, reject) => {
     let out = '';
     child.stdout.on('data', (d) => {

@@ -1,7 +1,7 @@
 /**
  * The AdmissionReview answers, written once for every part of the webhook
  * that answers /mutate: the admission itself (./admission.ts) and the
- * not-ready answer (./server.ts). An answer is a value (status, body,
+ * not-ready answer (./routes.ts). An answer is a value (status, body,
  * outcome, the containers it names, the fields of its log line); the
  * transport only sends it.
  *

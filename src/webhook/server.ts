@@ -1,28 +1,21 @@
 /**
- * The webhook server: what it serves, put together from its parts.
+ * The webhook server, put together from its parts, as controller-runtime's
+ * webhook server's Start puts its own together:
  *
- *   POST /mutate    AdmissionReview v1 (./admission.ts)
- *   GET  /healthz   the process answers
- *   GET  /readyz    a valid config is loaded and the process is not draining
- *   GET  /metrics   Prometheus text format 0.0.4 (./metrics.ts)
+ * - the transport (./transport.ts: TLS, HTTP/1.1 and HTTP/2, deadlines, the
+ *   connection and stream caps, connection books);
+ * - the lifecycle (./lifecycle.ts: ready, the shutdown delay and the drain
+ *   on SIGTERM);
+ * - what is re-read when it changes (./reload.ts: the config file, the
+ *   certificate);
+ * - the routes (./routes.ts: /mutate, /healthz, /readyz, /metrics, and the
+ *   request hygiene), with the one body reader and the budget of bytes in
+ *   flight (./body.ts) and the answers (./answers.ts);
+ * - the clients an admission uses: registry lookups (./image-starts.ts), DRA
+ *   claim reads (./claims.ts), the worker for large bodies (./worker.ts).
  *
- * The parts: the transport (./transport.ts: TLS, HTTP/1.1 and HTTP/2,
- * deadlines, the connection and stream caps, connection books), the
- * lifecycle (./lifecycle.ts: ready, the shutdown delay and the drain on
- * SIGTERM), what is re-read when it changes (./reload.ts: the config file,
- * the certificate), the one body reader and the budget of bytes in flight
- * (./body.ts), and the answers (./answers.ts). A config invalid at start
- * makes the webhook not ready, but it serves /healthz and /metrics so that
- * the reason can be seen.
- *
- * Request hygiene: /mutate takes POST only (405), application/json only
- * (415), at most BODY_LIMIT bytes (413, before `100 Continue` and before a
- * byte is read; the API server's objects are at most ~3 MiB), UTF-8 only
- * (400), and, with a client CA, only from a client with its certificate
- * (403); malformed bodies get 400 with a message that quotes none of them.
- * Every answer that is not 2xx is JSON ({"error": ..., "status": ...}), and
- * every refused request is logged once ("request refused", or the admission
- * line of a 400).
+ * A config invalid at start makes the webhook not ready, but it serves
+ * /healthz and /metrics so that the reason can be seen.
  */
 import { readFileSync } from 'node:fs';
 import { getHeapStatistics } from 'node:v8';
@@ -32,15 +25,15 @@ import { VERSION } from '../core/version.js';
 import { parseImage } from '../core/tables/image-ref.js';
 import { KNOWN_IMAGES } from '../core/tables/images.js';
 import type { RegistryOptions, RegistryPolicy } from '../registry/index.js';
-import { admit, type AdmissionDependencies } from './admission.js';
-import { echo, jsonError, notReadyAnswer } from './answers.js';
-import { BODY_LIMIT, ByteBudget, checkDeclaredLength, decodeBody, HttpProblem, readBody, Reservation, SMALL_BODY, type Request } from './body.js';
+import type { AdmissionDependencies } from './admission.js';
+import { BODY_LIMIT, ByteBudget, SMALL_BODY } from './body.js';
 import { ClaimReader } from './claims.js';
 import { DEFAULT_CACHE_SETTINGS, ImageStartCache, type LookupFunction } from './image-starts.js';
 import { Lifecycle } from './lifecycle.js';
 import { webhookMetrics, type WebhookMetrics } from './metrics.js';
 import { CertificateReloader, ConfigReloader } from './reload.js';
-import { TLS12_SUITES, Transport, type Response, type TlsSettings } from './transport.js';
+import { Routes, routeOf } from './routes.js';
+import { TLS12_SUITES, Transport, type TlsSettings } from './transport.js';
 import type { FileWatch } from './watch.js';
 import { AdmissionWorker } from './worker.js';
 
@@ -166,10 +159,6 @@ export function registryOptions(options: Options, env: WebhookSettings['env']): 
   };
 }
 
-const ROUTES = new Set(['/mutate', '/healthz', '/readyz', '/metrics']);
-const pathOf = (req: Request): string => (req.url ?? '').split('?')[0]!;
-const TEXT = 'text/plain; charset=utf-8';
-
 /** The TLS settings from the webhook's: the client CA read from its file. */
 function tlsSettings(settings: WebhookSettings): TlsSettings {
   let clientCa: Buffer | undefined;
@@ -208,75 +197,8 @@ export async function startWebhook(settings: WebhookSettings): Promise<Webhook> 
     limitHit: (limit) => metrics.limits.inc({ limit }),
   });
 
-  /** A body refused before its admission: counted, logged and answered with the reason (nothing of the body). */
-  const refuseBody = (req: Request, res: Response, error: unknown): void => {
-    const status = error instanceof HttpProblem ? error.status : 400;
-    metrics.admissions.inc({ outcome: 'invalid', dry_run: 'false' });
-    if (error instanceof HttpProblem && error.limit) metrics.limits.inc({ limit: error.limit });
-    transport.refuse(req, res, status, error instanceof HttpProblem ? error.message : 'the request could not be read');
-  };
-
-  const mutate = async (req: Request, res: Response, expectsContinue: boolean): Promise<void> => {
-    const started = process.hrtime.bigint();
-    const deadline = Date.now() + settings.requestTimeoutMs;
-    if (req.method !== 'POST') {
-      transport.refuse(req, res, 405, `${echo(req.method, 16)} is not allowed here: POST an AdmissionReview`, { allow: 'POST' });
-      return;
-    }
-    if (!transport.clientAllowed(req)) {
-      transport.refuse(req, res, 403, 'a client certificate of the configured client CA is required');
-      return;
-    }
-    const type = String(req.headers['content-type'] ?? '');
-    if (!/^application\/json\s*(;|$)/i.test(type)) {
-      transport.refuse(req, res, 415, `Content-Type is ${JSON.stringify(echo(type, 100))}: send application/json`);
-      return;
-    }
-    let reservation: Reservation | undefined;
-    try {
-      let body: Buffer;
-      let text: string | undefined;
-      try {
-        // Over the limit: refused before a byte is read, and before `100 Continue`.
-        checkDeclaredLength(req);
-        reservation = await Reservation.take(budget, req, deadline);
-        if (expectsContinue) res.writeContinue();
-        body = await readBody(req, deadline, reservation);
-        // A large body is decoded (and parsed, and decided) off the event loop.
-        if (!worker || body.length <= SMALL_BODY) text = decodeBody(body);
-      } catch (error) {
-        refuseBody(req, res, error);
-        return;
-      }
-      // Not ready (no valid config yet): the API server should not be sending; if it does, the pod goes in unchanged.
-      const options = config.options;
-      const admission = !options ? notReadyAnswer(text ?? decodeBody(body)) : text !== undefined ? await admit(text, deps(options)) : await worker!.admit(body, deps(options), deadline);
-      metrics.admissions.inc({ outcome: admission.outcome, dry_run: String(admission.dryRun) });
-      metrics.containers.inc({ result: 'wrapped' }, admission.wrapped.length);
-      metrics.containers.inc({ result: 'refused' }, admission.refused.length);
-      metrics.containers.inc({ result: 'skipped' }, admission.skipped);
-      const seconds = Number(process.hrtime.bigint() - started) / 1e9;
-      metrics.latency.observe(seconds);
-      const { level, ...fields } = admission.log;
-      log({ level: level ?? (admission.status === 200 ? 'info' : 'warn'), msg: 'admission', ...fields, ...(admission.status !== 200 ? { status: admission.status } : {}), durationMs: Math.round(seconds * 1e5) / 100 });
-      transport.send(req, res, admission.status, 'application/json', admission.body);
-    } finally {
-      reservation?.done();
-    }
-  };
-
-  const handle = async (req: Request, res: Response, expectsContinue: boolean): Promise<void> => {
-    const path = pathOf(req);
-    if (path === '/mutate') return mutate(req, res, expectsContinue);
-    if (req.method !== 'GET' && req.method !== 'HEAD') return transport.refuse(req, res, 405, `${echo(req.method, 16)} is not allowed here`, { allow: 'GET' });
-    if (path === '/healthz') return transport.send(req, res, 200, TEXT, 'ok\n');
-    // Not a refused request: a probe's answer, asked every few seconds; the reason was logged when it arose.
-    if (path === '/readyz') return lifecycle.ready() ? transport.send(req, res, 200, TEXT, 'ok\n') : transport.send(req, res, 503, 'application/json', jsonError(503, lifecycle.whyNotReady()));
-    if (path === '/metrics') return transport.send(req, res, 200, 'text/plain; version=0.0.4; charset=utf-8', metrics.render());
-    return transport.refuse(req, res, 404, 'not found: POST /mutate, GET /healthz, /readyz, /metrics');
-  };
-
-  const transport = new Transport({ ...settings, tls: tlsSettings(settings) }, certificate.pair, { handle, route: (req) => (ROUTES.has(pathOf(req)) ? pathOf(req) : 'other'), metrics, log });
+  // The routes answer through the transport, which calls them: they are made once both exist (before the first request).
+  const transport: Transport = new Transport({ ...settings, tls: tlsSettings(settings) }, certificate.pair, { handle: (req, res, expectsContinue) => routes.handle(req, res, expectsContinue), route: routeOf, metrics, log });
 
   const watches: FileWatch[] = [certificate.watch(settings.reloadPollMs, (pair) => transport.setCertificate(pair))];
   const configWatch = config.watch(settings.reloadPollMs);
@@ -289,6 +211,7 @@ export async function startWebhook(settings: WebhookSettings): Promise<Webhook> 
       worker?.close();
     },
   });
+  const routes: Routes = new Routes({ transport, lifecycle, config, budget, worker, deps, requestTimeoutMs: settings.requestTimeoutMs, metrics, log });
 
   const port = await transport.listen();
   log({

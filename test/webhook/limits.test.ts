@@ -1,10 +1,10 @@
 /**
  * Memory and time are bounded by design (issue 27, rows 1-3 and 13): the
  * webhook as the chart runs it (the built bundle, the heap cap the chart
- * derives from its 256Mi limit) under the load a hostile or merely busy
- * client can make, while a legitimate admission is timed every 100 ms from
- * this process (the attacker is a process of its own). Each test prints its
- * figures ([row N] ...).
+ * derives from its memory limit in deploy/webhook/values.yaml) under the load
+ * a hostile or merely busy client can make, while a legitimate admission is
+ * timed every 100 ms from this process (the attacker is a process of its
+ * own). Each test prints its figures ([row N] ...).
  */
 import { spawn } from 'node:child_process';
 import https from 'node:https';
@@ -173,5 +173,35 @@ describe('no admission waits behind another (row 13)', () => {
       expect(review.warnings?.[0]).toMatch(/the pod has 15000 containers; the webhook decides pods of at most 64/);
     }
     expect(max(legitMs)).toBeLessThan(250);
+  }, 60_000);
+
+  it("a large body whose decision runs past the request's deadline: the worker is ended then, the pod admitted unchanged with the reason, and the next large body gets a new worker", async () => {
+    // In process, with a request deadline of 800 ms and a registry lookup that never answers (its budget, 5 s, is past the deadline).
+    const worker = path.join(path.dirname(file), 'vram-preflight.webhook.cjs');
+    const asked: string[] = [];
+    const s = await h.start({ certFile: leaf.cert, keyFile: leaf.key, admissionWorkerScript: worker, requestTimeoutMs: 800, registryBudgetMs: 5000, lookup: (images) => (asked.push(...images), new Promise(() => {})) });
+    try {
+      // Over SMALL_BODY (256 KiB): decided in the worker. v0.12.0: only a registry can place its start.
+      const large = (image: string) => h.review(h.vllmPod({ annotations: { padding: 'x'.repeat(300 * 1024) }, containers: [{ name: 'model', image, args: ['--model', 'm'], resources: { limits: { 'nvidia.com/gpu': '1' } } }] }));
+      const t0 = performance.now();
+      const late = h.readReview(await h.h1(s.url, pki.caCert, { body: large('vllm/vllm-openai:v0.12.0') }));
+      const lateMs = performance.now() - t0;
+      const t1 = performance.now();
+      const next = h.readReview(await h.h1(s.url, pki.caCert, { body: large('vllm/vllm-openai:v0.10.1') }));
+      const nextMs = performance.now() - t1;
+      c.figure(13, `a large body whose decision waits on a lookup past the 800 ms deadline: answered in ${lateMs.toFixed(0)} ms (${late.warnings?.[0]}); the next large body: ${next.patch ? 'wrapped' : 'not wrapped'} in ${nextMs.toFixed(0)} ms`);
+      expect(asked).toEqual(['vllm/vllm-openai:v0.12.0']);
+      expect(late.allowed).toBe(true);
+      expect(late.patch).toBeDefined();
+      expect(late.warnings?.[0]).toMatch(/its decision did not finish within the request's deadline/);
+      expect(lateMs).toBeGreaterThanOrEqual(700);
+      expect(lateMs).toBeLessThan(2500);
+      expect(s.logs).toContainEqual(expect.objectContaining({ msg: 'admission worker restarted', reason: 'a decision ran past its deadline', unfinished: 1 }));
+      expect((next.patch ?? []).some((op) => (op as { path: string }).path.endsWith('/command'))).toBe(true);
+      expect(next.warnings).toBeUndefined();
+      expect(nextMs).toBeLessThan(2500);
+    } finally {
+      await s.webhook.drain();
+    }
   }, 60_000);
 });
