@@ -60,7 +60,7 @@ build() {
   fi
   local started=$SECONDS
   mkdir -p "$bin"
-  log "building kube-apiserver, kube-controller-manager, kubectl $version, etcd, KubeRay's operator $kuberay_version and LeaderWorkerSet's controller $(lws_version) from Go modules (the first build took 15 min on 2 cores with empty Go caches; later ones reuse them)"
+  log "building kube-apiserver, kube-controller-manager, kubectl $version, etcd, KubeRay's operator $kuberay_version and LeaderWorkerSet's controller $(lws_version) from Go modules (the first build took 15.5 min on 2 cores with empty Go caches; later ones reuse them)"
   (cd "$module" && CGO_ENABLED=0 go build -trimpath -tags "$tags" -ldflags "$ldflags" -o "$bin/" \
     k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager k8s.io/kubernetes/cmd/kubectl)
   # etcd's module root is its main package: -o names the binary (else "v3").
