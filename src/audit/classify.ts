@@ -10,7 +10,7 @@
  * when?), and the opt-outs. It reads no network and no clock.
  */
 import type { Action, ContainerReport, PatchResult } from '../core/index.js';
-import { ANNOTATION_NOT_WRAPPED, ANNOTATION_SKIP, ANNOTATION_WRAPPED, asObject } from '../core/index.js';
+import { ACTION_EFFECTS, ANNOTATION_NOT_WRAPPED, ANNOTATION_SKIP, ANNOTATION_WRAPPED, asObject } from '../core/index.js';
 import { describeRequirement, labelChange, labelsOf, rulesCoverPodCreate, unmet, type Requirement } from './selection.js';
 
 type Plain = Record<string, unknown>;
@@ -244,7 +244,8 @@ function namespaceFix(pod: PodFacts, r: Requirement, labels: Readonly<Record<str
   return `${change ? `kubectl label namespace ${pod.namespace} ${change}, then ` : ''}${recreate(pod)}`;
 }
 
-const TARGET_ACTIONS: readonly Action[] = ['wrap', 'rewrap', 'unwrap', 'error', 'cannot-wrap'];
+/** A container the audit is about: one the core would change or could not (vLLM on an NVIDIA GPU), as the core's own table says. */
+const isTarget = (action: Action): boolean => ACTION_EFFECTS[action].writes || ACTION_EFFECTS[action].missed;
 
 function byContainer(result: PatchResult | undefined): Map<string, ContainerReport> {
   return new Map((result?.containers ?? []).filter((r) => !r.initContainer).map((r) => [r.container, r]));
@@ -271,7 +272,7 @@ export function classifyPod(decided: DecidedPod, namespaceLabels: Readonly<Recor
     const optedByAnnotation = pod.annotations[ANNOTATION_SKIP] === 'true';
     // Opted out by annotation, the core skipped it: the decision without the annotation says whether it would be a target.
     const wouldBe = optedByAnnotation ? (unopted.get(report.container) ?? report) : report;
-    const target = TARGET_ACTIONS.includes(wouldBe.action);
+    const target = isTarget(wouldBe.action);
     if (target && (optedByLabel || optedByAnnotation)) {
       const how = optedByLabel ? `label ${LABEL_SKIP}=true (the webhook's objectSelector keeps the pod out)` : `annotation ${ANNOTATION_SKIP}: "true"`;
       out.push({ ...base, status: 'opted-out', why: { code: optedByLabel ? 'opted-out-label' : 'opted-out-annotation', detail: `runs vLLM on an NVIDIA GPU, opted out by ${how}` }, decision: { action: wouldBe.action, reason: wouldBe.reason } });
@@ -279,8 +280,9 @@ export function classifyPod(decided: DecidedPod, namespaceLabels: Readonly<Recor
     }
     if (!target) {
       // DRA: vLLM whose GPU is a claim that could not be read: neither protected nor known not to need it.
-      if (decided.claimFailures.size > 0 && [...report.warnings, ...report.notes].some((text) => text.includes('DRA'))) {
-        const claims = [...decided.claimFailures].map(([label, why]) => `DRA ${label}: ${why}`).join('; ');
+      if (decided.claimFailures.size > 0 && report.unknownDeviceClaims) {
+        const named = [...decided.claimFailures].filter(([label]) => report.unknownDeviceClaims!.some((claim) => claim.startsWith(`${label} `)));
+        const claims = (named.length > 0 ? named : [...decided.claimFailures]).map(([label, why]) => `DRA ${label}: ${why}`).join('; ');
         out.push({
           ...base,
           status: 'undetermined',
