@@ -393,8 +393,10 @@ export function checkPreflightOptions(o: PreflightOptions): void {
  * is an unreadable GPU, never "enough". dec() strips leading zeros because busybox awk
  * reads "010" as octal.
  * A need over what the GPU can ever have free (CUDA's total, less 1 MiB for nvidia-smi's
- * rounding) is cut to that: the wait then ends when the GPU is idle and vLLM's own check
- * decides, never a wait that cannot end. A request of the whole GPU (u = 1) is `never`.
+ * rounding) is cut to what an idle GPU is sure to show (CUDA's total less 64 MiB where the
+ * reserve is reported; vLLM's bare request where it is not, as the unreported reserve reads
+ * as used), never below vLLM's request: the wait then ends when the GPU is idle and vLLM's
+ * own check decides, never a wait that cannot end. A request of the whole GPU (u = 1) is `never`.
  * The exit status of a waiting poll is 32 + the number of GPUs listed (capped at 31),
  * so the loop can hand the first count back in `first` and a later reading that lists
  * a different number (a GPU fell off the bus) is caught rather than judged on the rest.
@@ -445,7 +447,12 @@ END {
       exit
     }
     need = req + ctx + h; how = req " for vLLM: " u " x " ct " MiB CUDA total" (r ? " = " tot[j] " - " r " reserved" : " = " tot[j] ", no reserve reported") "; " ctx " for its CUDA context; " h " headroom"
-    if (need > ct - 1) { need = ct - 1; how = "all it can have free, as " how " would be more: vLLM itself decides" }
+    if (need > ct - 1) {
+      # More than it can have free: cut to what an idle GPU surely shows (see the comment in preflight.ts).
+      idle = r ? ct - 64 : req
+      if (idle < req) idle = req
+      need = idle; how = (r ? "the CUDA total less 64 MiB an idle GPU may use" : "the request of vLLM alone, no reserve reported") ", as " how " would be more: vLLM itself decides"
+    }
     gap = need - dec(fr[j])
     if (g == "" || gap > worst) { worst = gap; g = "GPU " id[j] " has " fr[j] " MiB free, needs " need " MiB (" how ")" }
     if (gap > 0) short++

@@ -413,7 +413,7 @@ describe("need = vLLM's request, ceil((total - reserved) x utilization), + conte
   ];
   const FIELDS = 'index,uuid,memory.total,memory.free,mig.mode.current,memory.reserved';
 
-  /** vLLM's request (ceil(ct x u)) and the preflight's need, cut to what the GPU can have free; undefined: never. */
+  /** vLLM's request (ceil(ct x u)) and the preflight's need, cut to what an idle GPU surely shows; undefined: never. */
   function exactNeed(total: number, reserved: number, util: string, context: number, headroom: number): bigint | undefined {
     const [i, f = ''] = util.split('.');
     const den = 10n ** BigInt(f.length);
@@ -422,7 +422,10 @@ describe("need = vLLM's request, ceil((total - reserved) x utilization), + conte
     const request = (ct * num + den - 1n) / den;
     if (request >= ct) return undefined;
     const need = request + BigInt(context) + BigInt(headroom);
-    return need > ct - 1n ? ct - 1n : need;
+    if (need <= ct - 1n) return need;
+    // Cut to what an idle GPU surely shows: CUDA's total less 64 MiB with a reserve reported, vLLM's request without; never below the request.
+    const idle = reserved > 0 ? ct - 64n : request;
+    return idle < request ? request : idle;
   }
 
   function awkNeed(awk: string[], program: string, total: number, reserved: number, util: string, context: number, headroom: number): bigint | undefined {

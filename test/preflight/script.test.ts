@@ -134,16 +134,27 @@ describe.each(SHELLS)('preflight under $name', (shell) => {
       expect(r.terminationMessage).toBe(`${r.lines[0]}\n`);
     });
 
-    it('a need over what the GPU can ever have free is cut to that: the wait ends when the GPU is idle, vLLM decides', async () => {
+    it('a need over what the GPU can ever have free is cut to what an idle GPU is sure to show (reserve reported: the CUDA total less 64 MiB)', async () => {
       // a 24 GB card (L4: 23034 MiB) at 0.99: 0.99 x (23034 - 400) + 768 is more than 22634
       const total = 23034;
       const ct = total - 400;
       const row = (free: number) => gpuLine(0, free, total, undefined, { reserved: '400' });
-      const r = await run(shell, { settings: { utilization: 0.99 }, readings: [{ out: row(ct - 2) }, { out: row(ct - 1) }] });
+      const r = await run(shell, { settings: { utilization: 0.99 }, readings: [{ out: row(ct - 65) }, { out: row(ct - 64) }] });
       expectExeced(r);
       expect(r.queries).toHaveLength(2);
-      expect(r.lines[0]).toContain(`GPU 0 has ${ct - 2} MiB free, needs ${ct - 1} MiB (all it can have free, as ${Math.ceil(ct * 0.99)} for vLLM: 0.99 x ${ct} MiB CUDA total`);
+      expect(r.lines[0]).toContain(`GPU 0 has ${ct - 65} MiB free, needs ${ct - 64} MiB (the CUDA total less 64 MiB an idle GPU may use, as ${Math.ceil(ct * 0.99)} for vLLM: 0.99 x ${ct} MiB CUDA total`);
       expect(r.lines[0]).toContain('would be more: vLLM itself decides)');
+    });
+
+    it('without a reported reserve the cut is to the request of vLLM alone: an idle GPU, whose free memory lacks the unreported reserve, ends the wait at once', async () => {
+      // The same card on a driver that does not report memory.reserved: 400 MiB read as used when idle. At 0.97
+      // vLLM asks 0.97 x 22634 (its CUDA total) = 21955 and has 22634 - ~526 after its context: it starts.
+      // The need, 0.97 x 23034 + 768 = 23111, is over 23033; cut to ct - 1 it could never be met on this idle GPU.
+      const total = 23034;
+      const idleFree = total - 400;
+      const r = await run(shell, { settings: { utilization: 0.97 }, readings: [{ out: gpuLine(0, idleFree, total, undefined, { reserved: '[N/A]' }) }] });
+      expectExeced(r);
+      expect(r.queries.filter((q) => q.includes('memory.free'))).toHaveLength(1);
     });
   });
 
