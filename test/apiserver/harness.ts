@@ -13,7 +13,7 @@
  * webhook configuration also requires (`vram-preflight.test/suite`).
  */
 import { spawnSync, type SpawnSyncReturns } from 'node:child_process';
-import { mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { chmodSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import https from 'node:https';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
@@ -255,15 +255,51 @@ export const PROMETHEUS_OPERATOR_VERSION = 'v0.85.0';
  * The CustomResourceDefinitions a Go module ships as YAML files under a folder
  * (downloaded through the Go module proxy into the module cache; nothing is built).
  */
-export function crdsOf(module: string, version: string, folder: string): Plain[] {
+/** The directory of a Go module at a version, downloaded into the module cache when it is not there. */
+export function goModuleDir(module: string, version: string): string {
   const r = spawnSync('go', ['mod', 'download', '-json', `${module}@${version}`], { encoding: 'utf8', cwd: tmpdir(), env: { ...process.env, GOFLAGS: '-mod=mod', GOTOOLCHAIN: 'local' } });
   if (r.status !== 0) throw new Error(`go mod download ${module}@${version}: ${r.stderr || r.stdout}`);
-  const dir = path.join((JSON.parse(r.stdout) as { Dir: string }).Dir, folder);
+  return (JSON.parse(r.stdout) as { Dir: string }).Dir;
+}
+
+export function crdsOf(module: string, version: string, folder: string): Plain[] {
+  const dir = path.join(goModuleDir(module, version), folder);
   return readdirSync(dir)
     .filter((f) => f.endsWith('.yaml'))
     .sort()
     .flatMap((f) => parseYamlStream(readFileSync(path.join(dir, f), 'utf8')))
     .filter((o) => o.kind === 'CustomResourceDefinition');
+}
+
+/** Applies CRDs and waits until the API server serves each (Established). */
+export async function establishCrds(crds: readonly Plain[]): Promise<void> {
+  applyObjects(crds);
+  for (const crd of crds) {
+    for (let i = 0; ; i++) {
+      const got = (await api('GET', `/apis/apiextensions.k8s.io/v1/customresourcedefinitions/${crd.metadata.name}`)).json();
+      if ((got.status?.conditions ?? []).some((c: Plain) => c.type === 'Established' && c.status === 'True')) break;
+      if (i > 300) throw new Error(`${crd.metadata.name} not established`);
+      await sleep(100);
+    }
+  }
+}
+
+/** Executables for running a container's start here: each name gets a /bin/sh script with that body. Returns their directory. */
+export function fakeCommands(dir: string, commands: Record<string, string>): string {
+  mkdirSync(dir);
+  for (const [name, body] of Object.entries(commands)) {
+    writeFileSync(path.join(dir, name), `#!/bin/sh\n${body}\n`);
+    chmodSync(path.join(dir, name), 0o755);
+  }
+  return dir;
+}
+
+/** An nvidia-smi of one 80 GiB GPU (81559 MiB) that answers every --query-gpu field; `free` and `used` are shell words. */
+export function fakeNvidiaSmi(free: string, used: string): string {
+  return `fields=; for a in "$@"; do case $a in --query-gpu=*) fields=\${a#--query-gpu=} ;; esac; done
+[ -n "$fields" ] || exit 0
+out=; IFS=,; for f in $fields; do case $f in index) v=0 ;; uuid|gpu_uuid) v=GPU-0aaaaaaa-bbbb-cccc-dddd-eeeeeeeeeeee ;; memory.total) v=81559 ;; memory.free) v=${free} ;; memory.used) v=${used} ;; memory.reserved) v=0 ;; *) v='[N/A]' ;; esac; out=\${out:+$out, }$v; done
+echo "$out"`;
 }
 
 /** The chart rendered by helm (v4 unless said), as objects. */

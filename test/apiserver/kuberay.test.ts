@@ -19,7 +19,7 @@
  * Pods stay Pending (no kubelet): admission is what is tested here.
  */
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
-import { chmodSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { readFileSync } from 'node:fs';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { DEFAULT_OPTIONS } from '../../src/core/options.js';
@@ -103,15 +103,7 @@ function runStart(container: k.Plain): { status: number | null; stdout: string; 
 beforeAll(async () => {
   const c = k.cluster();
   const version = spawnSync('bash', [path.join(k.ROOT, 'scripts/cluster.sh'), 'env'], { encoding: 'utf8' }).stdout.match(/VRAM_PREFLIGHT_KUBERAY_VERSION=(\S+)/)![1]!;
-  k.applyObjects(k.crdsOf('github.com/ray-project/kuberay/ray-operator', version, 'config/crd/bases'));
-  for (const crd of ['rayclusters.ray.io', 'rayservices.ray.io']) {
-    for (let i = 0; ; i++) {
-      const got = (await k.api('GET', `/apis/apiextensions.k8s.io/v1/customresourcedefinitions/${crd}`)).json();
-      if ((got.status?.conditions ?? []).some((c: k.Plain) => c.type === 'Established' && c.status === 'True')) break;
-      if (i > 300) throw new Error(`${crd} not established`);
-      await k.sleep(100);
-    }
-  }
+  await k.establishCrds(k.crdsOf('github.com/ray-project/kuberay/ray-operator', version, 'config/crd/bases'));
   operator = spawn(path.join(c.bin, 'ray-operator'), ['--metrics-addr=127.0.0.1:0', '--health-probe-bind-address=127.0.0.1:0', '--enable-leader-election=false'], {
     env: { PATH: process.env.PATH, HOME: dir, KUBECONFIG: c.kubeconfig },
     stdio: ['ignore', 'pipe', 'pipe'],
@@ -129,21 +121,7 @@ beforeAll(async () => {
   await k.waitForWebhook(WRAP, webhook, tls.caCert);
 
   // Fakes for running a start: one idle 80 GiB GPU (each field nvidia-smi is asked for), vllm and ray that print their argv.
-  fakes = path.join(dir, 'fakes');
-  mkdirSync(fakes);
-  const fake = (name: string, body: string) => {
-    writeFileSync(path.join(fakes, name), `#!/bin/sh\n${body}\n`);
-    chmodSync(path.join(fakes, name), 0o755);
-  };
-  fake(
-    'nvidia-smi',
-    `fields=; for a in "$@"; do case $a in --query-gpu=*) fields=\${a#--query-gpu=} ;; esac; done
-[ -n "$fields" ] || exit 0
-out=; IFS=,; for f in $fields; do case $f in index) v=0 ;; uuid|gpu_uuid) v=GPU-0aaaaaaa-bbbb-cccc-dddd-eeeeeeeeeeee ;; memory.total) v=81559 ;; memory.free) v=81000 ;; memory.used) v=559 ;; memory.reserved) v=0 ;; *) v='[N/A]' ;; esac; out=\${out:+$out, }$v; done
-echo "$out"`,
-  );
-  fake('vllm', 'echo "VLLM-RAN $*"');
-  fake('ray', 'echo "RAY-RAN $1"');
+  fakes = k.fakeCommands(path.join(dir, 'fakes'), { 'nvidia-smi': k.fakeNvidiaSmi('81000', '559'), vllm: 'echo "VLLM-RAN $*"', ray: 'echo "RAY-RAN $1"' });
 
   const input = readFileSync(CASE, 'utf8');
   const rendered = transform(input, DEFAULT_OPTIONS);

@@ -26,7 +26,7 @@
  * Pods stay Pending (no kubelet, no scheduler): admission is what is tested here.
  */
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
-import { chmodSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { readFileSync, writeFileSync } from 'node:fs';
 import net from 'node:net';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -185,18 +185,8 @@ function runStart(container: k.Plain, freeMiB: number, ms: number): { status: nu
 beforeAll(async () => {
   const c = k.cluster();
   const version = spawnSync('bash', [path.join(k.ROOT, 'scripts/cluster.sh'), 'env'], { encoding: 'utf8' }).stdout.match(/VRAM_PREFLIGHT_LWS_VERSION=(\S+)/)![1]!;
-  const download = spawnSync('go', ['mod', 'download', '-json', `sigs.k8s.io/lws@${version}`], { encoding: 'utf8', cwd: dir, env: { ...process.env, GOFLAGS: '-mod=mod', GOTOOLCHAIN: 'local' } });
-  if (download.status !== 0) throw new Error(`go mod download sigs.k8s.io/lws@${version}: ${download.stderr}`);
-  const lwsModuleDir = (JSON.parse(download.stdout) as { Dir: string }).Dir;
-  k.applyObjects(k.crdsOf('sigs.k8s.io/lws', version, 'config/crd/bases'));
-  for (const crd of ['leaderworkersets.leaderworkerset.x-k8s.io', 'disaggregatedsets.disaggregatedset.x-k8s.io']) {
-    for (let i = 0; ; i++) {
-      const got = (await k.api('GET', `/apis/apiextensions.k8s.io/v1/customresourcedefinitions/${crd}`)).json();
-      if ((got.status?.conditions ?? []).some((x: k.Plain) => x.type === 'Established' && x.status === 'True')) break;
-      if (i > 300) throw new Error(`${crd} not established`);
-      await k.sleep(100);
-    }
-  }
+  const lwsModuleDir = k.goModuleDir('sigs.k8s.io/lws', version);
+  await k.establishCrds(k.crdsOf('sigs.k8s.io/lws', version, 'config/crd/bases'));
 
   // LWS's controller with its webhooks on loopback, serving a certificate of the test's own CA
   // (its internal certificate management writes a Secret for a Service, which loopback has not).
@@ -235,23 +225,13 @@ beforeAll(async () => {
   await k.waitForWebhook(AFTER, webhook, tls.caCert);
   await k.waitForWebhook(BEFORE, webhook, tls.caCert);
 
-  fakes = path.join(dir, 'fakes');
-  mkdirSync(fakes);
-  const fake = (name: string, body: string) => {
-    writeFileSync(path.join(fakes, name), `#!/bin/sh\n${body}\n`);
-    chmodSync(path.join(fakes, name), 0o755);
-  };
-  fake(
-    'nvidia-smi',
-    `fields=; for a in "$@"; do case $a in --query-gpu=*) fields=\${a#--query-gpu=} ;; esac; done
-[ -n "$fields" ] || exit 0
-out=; IFS=,; for f in $fields; do case $f in index) v=0 ;; uuid|gpu_uuid) v=GPU-0aaaaaaa-bbbb-cccc-dddd-eeeeeeeeeeee ;; memory.total) v=81559 ;; memory.free) v=$FAKE_FREE_MIB ;; memory.used) v=$((81559 - FAKE_FREE_MIB)) ;; memory.reserved) v=0 ;; *) v='[N/A]' ;; esac; out=\${out:+$out, }$v; done
-echo "$out"`,
-  );
-  fake('vllm', 'echo "VLLM-RAN vllm $*"');
-  fake('python3', 'echo "VLLM-RAN python3 $*"');
-  fake('find', ':');
-  fake('ray', ':');
+  fakes = k.fakeCommands(path.join(dir, 'fakes'), {
+    'nvidia-smi': k.fakeNvidiaSmi('$FAKE_FREE_MIB', '$((81559 - FAKE_FREE_MIB))'),
+    vllm: 'echo "VLLM-RAN vllm $*"',
+    python3: 'echo "VLLM-RAN python3 $*"',
+    find: ':',
+    ray: ':',
+  });
 
   const inputs = workloads();
   // Block YAML, as helm renders (the post-renderer does not edit flow mappings).
