@@ -7,7 +7,7 @@
  * empty or absent selector selects everything). A requirement that does not
  * hold is returned as a value, with the label change that would make it hold.
  */
-import { asObject } from '../core/decide/values.js';
+import { asObject } from '../core/values.js';
 
 type Plain = Record<string, unknown>;
 type Labels = Readonly<Record<string, string>>;

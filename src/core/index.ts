@@ -6,7 +6,7 @@
 export { transform, type TransformInput, type TransformResult } from './transform.js';
 export { applyPatch, jsonPointer, patchObject, pointerSegment, type JsonPatchOperation, type PatchInput, type PatchResult } from './patch.js';
 export { withLookups } from './lookups.js';
-export { asObject } from './decide/values.js';
+export { asObject } from './values.js';
 export { ACTION_EFFECTS, type Action, type ContainerReport } from './decide/container.js';
 export { ANNOTATION_CONTAINERS, ANNOTATION_NOT_WRAPPED, ANNOTATION_SKIP, ANNOTATION_UTILIZATION, ANNOTATION_WRAPPED } from './decide/detect.js';
 export type { ImageStartAnswer, LookupFailure, LookupFailureKind, RegistryAnswers } from './decide/start.js';

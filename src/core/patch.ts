@@ -12,7 +12,7 @@
 import type { ContainerReport } from './decide/container.js';
 import { visitObject, type ObjectVisit, type WalkResult } from './decide/object.js';
 import type { RegistryAnswers, StartSources } from './decide/start.js';
-import { asObject, clone, copyAlong, firstDifference, formatPath, valueAt, withStarts, type IntendedStart } from './decide/values.js';
+import { asObject, clone, copyAlong, firstDifference, formatPath, valueAt, withStarts, type IntendedStart } from './values.js';
 import { PreflightError, type DocumentRef } from './errors.js';
 import type { Options } from './options.js';
 import { emptyDeviceClaims, type DeviceClaims } from './tables/gpu.js';

@@ -12,7 +12,7 @@
 import { readFileSync } from 'node:fs';
 import { Agent, request } from 'node:https';
 import { PreflightError } from '../core/errors.js';
-import { asObject } from '../core/decide/values.js';
+import { asObject } from '../core/values.js';
 import { runExecPlugin, type ExecCredential } from './exec.js';
 import type { Connection } from './kubeconfig.js';
 

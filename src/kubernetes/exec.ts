@@ -10,7 +10,7 @@
  */
 import { execFile } from 'node:child_process';
 import { PreflightError } from '../core/errors.js';
-import { asObject } from '../core/decide/values.js';
+import { asObject } from '../core/values.js';
 import type { ExecPlugin } from './kubeconfig.js';
 
 export interface ExecCredential {

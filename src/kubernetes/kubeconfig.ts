@@ -28,7 +28,7 @@
  */
 import { parse as parseYaml } from 'yaml';
 import { PreflightError } from '../core/errors.js';
-import { asObject } from '../core/decide/values.js';
+import { asObject } from '../core/values.js';
 
 /** Where a pod's service account credentials are mounted. */
 export const SERVICE_ACCOUNT_DIR = '/var/run/secrets/kubernetes.io/serviceaccount';

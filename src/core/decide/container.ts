@@ -17,7 +17,7 @@ import type { KeptAnchors } from '../yaml/edit.js';
 import { isWrapped, resolveStart, WRAPPER_COMMAND, type ContainerStart, type StartEvidence, type StartSources } from './start.js';
 import { readUtilization, type EnvVar, type Utilization } from './utilization.js';
 import { readScript } from './shell-script.js';
-import type { IntendedStart, ValuePath } from './values.js';
+import type { IntendedStart, ValuePath } from '../values.js';
 import { VERSION } from '../version.js';
 
 export type Action = 'wrap' | 'rewrap' | 'unchanged' | 'unwrap' | 'skip' | 'cannot-wrap' | 'error';

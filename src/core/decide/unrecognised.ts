@@ -4,7 +4,7 @@
  */
 import { nvidiaGpuSignals, type DeviceClaims, type GpuSignal } from '../tables/gpu.js';
 import { imageIsVllmFamily, startsRayNode, vllmEvidence } from './detect.js';
-import { asObject } from './values.js';
+import { asObject } from '../values.js';
 
 type Plain = Record<string, unknown>;
 

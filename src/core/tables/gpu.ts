@@ -5,7 +5,7 @@
  * is no nvidia-smi to ask and nothing to wait for.
  */
 import { isAsciiDigit } from '../char-classes.js';
-import { asObject } from '../decide/values.js';
+import { asObject } from '../values.js';
 
 type Plain = Record<string, unknown>;
 

@@ -6,7 +6,7 @@
  * change another, or leave an alias without its anchor. Such an edit is
  * never emitted: the container is refused with the path that would change.
  */
-import { firstDifference, formatPath, withStarts, type IntendedStart, type ValuePath } from '../decide/values.js';
+import { firstDifference, formatPath, withStarts, type IntendedStart, type ValuePath } from '../values.js';
 import { parseDocuments } from './fast-parse.js';
 
 export { firstDifference, formatPath, type IntendedStart, type ValuePath };
