@@ -11,8 +11,8 @@ import { ANNOTATION_SKIP, asObject, claimReferences, emptyDeviceClaims, patchObj
 import { PreflightError } from '../core/errors.js';
 import { KubernetesApiError, readClaim, RESOURCE_API_VERSIONS, type ClaimRead, type ClaimReference, type KubernetesClient } from '../kubernetes/index.js';
 import { classifyPod, webhookEntries, type AuditedContainer, type DecidedPod, type WebhookEntry } from './classify.js';
+import type { Plain } from '../core/values.js';
 
-type Plain = Record<string, unknown>;
 
 export interface AuditSettings {
   /** One namespace; absent: all. */

@@ -12,8 +12,8 @@
 import type { Action, ContainerReport, PatchResult } from '../core/index.js';
 import { ACTION_EFFECTS, ANNOTATION_NOT_WRAPPED, ANNOTATION_SKIP, ANNOTATION_WRAPPED, asObject } from '../core/index.js';
 import { describeRequirement, labelChange, labelsOf, rulesCoverPodCreate, unmet, type Requirement } from './selection.js';
+import type { Plain } from '../core/values.js';
 
-type Plain = Record<string, unknown>;
 
 /** The label the chart's objectSelector keeps out (the API server never sends such a pod): the annotation's key. */
 export const LABEL_SKIP = ANNOTATION_SKIP;

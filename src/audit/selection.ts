@@ -7,9 +7,8 @@
  * empty or absent selector selects everything). A requirement that does not
  * hold is returned as a value, with the label change that would make it hold.
  */
-import { asObject } from '../core/values.js';
+import { asObject, type Plain } from '../core/values.js';
 
-type Plain = Record<string, unknown>;
 type Labels = Readonly<Record<string, string>>;
 
 export interface Requirement {

@@ -13,7 +13,7 @@ import { isMap, isSeq, type Node, type YAMLMap } from 'yaml';
 import type { Options } from './options.js';
 import type { ContainerReport } from './decide/container.js';
 import { visitObject, type ObjectVisit } from './decide/object.js';
-import { asObject } from './values.js';
+import { asObject, type Plain } from './values.js';
 import { describeDocument, PreflightError, type DocumentRef } from './errors.js';
 import { emptyDeviceClaims, recordDeviceClaim, type DeviceClaims } from './tables/gpu.js';
 import { KNOWN_IMAGES } from './tables/images.js';
@@ -169,7 +169,6 @@ function collectDeviceClaims(chunks: readonly Chunk[], fast: boolean): DeviceCla
   return claims;
 }
 
-type Plain = Record<string, unknown>;
 
 
 /** The node at a value path, following merge keys and aliases exactly as the value was built. */

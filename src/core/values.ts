@@ -105,3 +105,6 @@ export function valueAt(value: unknown, path: ValuePath): unknown {
   for (const key of path) current = (current as Record<string | number, unknown> | undefined)?.[key];
   return current;
 }
+
+/** A JSON object as read from a manifest, an AdmissionReview or the API: keys to unknown values. */
+export type Plain = Record<string, unknown>;

@@ -12,11 +12,10 @@
 import { readFileSync } from 'node:fs';
 import { Agent, request } from 'node:https';
 import { PreflightError } from '../core/errors.js';
-import { asObject } from '../core/values.js';
+import { asObject, type Plain } from '../core/values.js';
 import { runExecPlugin, type ExecCredential } from './exec.js';
 import type { Connection } from './kubeconfig.js';
 
-type Plain = Record<string, unknown>;
 
 /** An answer of the API server that is not 2xx. */
 export class KubernetesApiError extends Error {

@@ -28,7 +28,7 @@
  */
 import { parse as parseYaml } from 'yaml';
 import { PreflightError } from '../core/errors.js';
-import { asObject } from '../core/values.js';
+import { asObject, type Plain } from '../core/values.js';
 
 /** Where a pod's service account credentials are mounted. */
 export const SERVICE_ACCOUNT_DIR = '/var/run/secrets/kubernetes.io/serviceaccount';
@@ -85,7 +85,6 @@ export interface ConnectionRequest {
   home?: string;
 }
 
-type Plain = Record<string, unknown>;
 
 function configError(message: string, fix: string): PreflightError {
   return new PreflightError('KUBECONFIG', message, { fix });

@@ -28,6 +28,7 @@ import { allowedAnswer, echo, readReview, type Admission, type RefusalFix, type 
 import type { ClaimReadResult, ClaimReference } from './claims.js';
 import { LOOKUP_NOT_ALLOWED } from './image-starts.js';
 import type { Outcome } from './metrics.js';
+import type { Plain } from '../core/values.js';
 
 export type { Admission, RefusalFix, RefusedContainer };
 
@@ -70,7 +71,6 @@ export const WARNING_LIMIT = 256;
 const WARNINGS_TOTAL_LIMIT = 4096;
 export const NOT_WRAPPED_LIMIT = 4096;
 
-type Plain = Record<string, unknown>;
 
 /** A reason on one line, short enough for kubectl's warning and an annotation. */
 export function shortReason(reason: string, limit = 160): string {

@@ -32,6 +32,7 @@ import { admit, notWrappedAnnotation, type RefusedContainer } from './admission.
 import { DEFAULT_CACHE_SETTINGS, ImageStartCache } from './image-starts.js';
 import { webhookMetrics } from './metrics.js';
 import { registryOptions } from './server.js';
+import type { Plain } from '../core/values.js';
 
 export const ADMIT_HELP = `vram-preflight ${VERSION} admit: what the admission webhook answers, without a cluster
 
@@ -60,7 +61,6 @@ export interface AdmitIO {
   readFile(path: string): string;
 }
 
-type Plain = Record<string, unknown>;
 type Format = 'json' | 'yaml';
 
 /** The one object on stdin, and the format it came in. */

@@ -9,7 +9,7 @@ import type { Options } from '../options.js';
 import { describeDocument, PreflightError, type DocumentRef, type ErrorDetails, type SourcePosition } from '../errors.js';
 import { nvidiaGpuSignals, type DeviceClaims } from '../tables/gpu.js';
 import { apiGroup, findOperatorKind, findWorkloadKind, LIST_KIND, TEMPLATE_KIND, templatesOf, type FoundTemplate, type WorkloadKind } from '../tables/workloads.js';
-import { asObject, formatPath, valueAt } from '../values.js';
+import { asObject, formatPath, valueAt, type Plain } from '../values.js';
 import { decideContainer, type ArgvReader, type ContainerEdit, type ContainerReport, type PodControls } from './container.js';
 import { ANNOTATION_CONTAINERS, ANNOTATION_SKIP, ANNOTATION_UTILIZATION } from './detect.js';
 import type { StartSources } from './start.js';
@@ -17,7 +17,6 @@ import { overwriteRequested, RAY_CONTAINER_INDEX, RAY_OVERWRITE_ANNOTATION, rayS
 import { containersStartingVllm, mentionsVllm } from './unrecognised.js';
 import { unwrappedGpuWorkers } from './multinode.js';
 
-type Plain = Record<string, unknown>;
 
 
 function annotationsOf(objectValue: unknown): Plain {

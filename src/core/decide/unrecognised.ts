@@ -4,9 +4,8 @@
  */
 import { nvidiaGpuSignals, type DeviceClaims, type GpuSignal } from '../tables/gpu.js';
 import { imageIsVllmFamily, startsRayNode, vllmEvidence } from './detect.js';
-import { asObject } from '../values.js';
+import { asObject, type Plain } from '../values.js';
 
-type Plain = Record<string, unknown>;
 
 function strings(value: unknown): string[] | undefined {
   return Array.isArray(value) && value.every((item) => typeof item === 'string') ? (value as string[]) : undefined;

@@ -5,9 +5,8 @@
  * is no nvidia-smi to ask and nothing to wait for.
  */
 import { isAsciiDigit } from '../char-classes.js';
-import { asObject } from '../values.js';
+import { asObject, type Plain } from '../values.js';
 
-type Plain = Record<string, unknown>;
 
 /** Device classes of NVIDIA's DRA driver (k8s-dra-driver-gpu). */
 export const NVIDIA_DEVICE_CLASSES: readonly string[] = ['gpu.nvidia.com', 'mig.nvidia.com'];
