@@ -330,7 +330,7 @@ describe('run as written, in order, by one reader on a fresh machine', () => {
     }
     if (cluster) {
       const env = { ...readerEnv(cluster), HELM_DATA_HOME: path.join(home, '.local/share/helm4') };
-      spawnSync(HELM[4], ['uninstall', 'vram-preflight', '-n', 'vram-preflight', '--ignore-not-found', '--wait=false'], { env });
+      spawnSync(HELM[4], ['uninstall', 'vram-preflight', '-n', 'vram-preflight', '--ignore-not-found'], { env });
       k.kubectl(['delete', 'mutatingwebhookconfiguration', 'vram-preflight-webhook', '--ignore-not-found', '--wait=false']);
       for (const ns of [...DOC_NAMESPACES, OWN_NAMESPACE]) k.kubectl(['delete', 'namespace', ns, '--ignore-not-found', '--wait=false']);
       k.closeApi();

@@ -311,13 +311,21 @@ describe('npm run release', () => {
   it('the unpacked npm package is no plugin directory for either helm: both refuse it before installing anything (Helm 3 would have linked it and broken every plugin)', () => {
     const dir = tempDir('npm-unpacked');
     runOk('tar', ['-xzf', path.join(out1, NPM_TGZ), '-C', dir]);
+    // What `npm install -g` puts in $(npm root -g)/vram-preflight: no folder of it holds a plugin.yaml.
+    const pkg = path.join(dir, 'package');
+    const folders = [pkg, ...(readdirSync(pkg, { recursive: true }) as string[]).map((d) => path.join(pkg, d)).filter((d) => statSync(d).isDirectory())];
+    expect(folders.length).toBeGreaterThan(3);
+    expect(folders.filter((d) => readdirSync(d).includes('plugin.yaml'))).toEqual([]);
     for (const major of [3, 4] as const) {
       const env = helmEnv();
-      const r = helm(major, ['plugin', 'install', path.join(dir, 'package')], env);
+      // Another plugin, as a user's Helm has: it must still be listed afterwards.
+      mkdirSync(path.join(env.HELM_DATA_HOME, 'plugins', 'other'), { recursive: true });
+      writeFileSync(path.join(env.HELM_DATA_HOME, 'plugins', 'other', 'plugin.yaml'), 'name: other\nversion: 1.0.0\nusage: another plugin\ndescription: another plugin\ncommand: echo\n');
+      const r = helm(major, ['plugin', 'install', pkg], env);
       expect(r.status, `helm ${major}`).not.toBe(0);
       expect(r.stderr, `helm ${major}`).toContain('plugin.yaml');
-      const plugins = path.join(env.HELM_DATA_HOME, 'plugins');
-      expect(existsSync(plugins) ? readdirSync(plugins) : [], `helm ${major}`).toEqual([]);
+      expect(readdirSync(path.join(env.HELM_DATA_HOME, 'plugins')), `helm ${major}`).toEqual(['other']);
+      expect(helmOk(major, ['plugin', 'list'], env), `helm ${major}`).toMatch(/^other\s+1\.0\.0/m);
     }
   });
 
