@@ -200,7 +200,7 @@ describe('npm run release', () => {
       ['*', /\(since 0\.\d+\.\d+\)/, 'history: when something was introduced'],
       ['docs/gpu-results.md', /[Tt]he 0\.3\.0 script/, 'dated GPU runs of the 0.3.0 preflight script'],
       ['docs/webhook.md', /A 0\.3\.0 install/, 'taking over what a 0.3.0 install left in the cluster'],
-      ['docs/webhook.md', /From 0\.3\.0 to|\(0\.3\.0 had no|\*\*From 0\.3\.0\*\*|0\.3\.0 named|0\.3\.0's|release of 0\.3\.0/, 'upgrading a 0.3.0 release: what changed since, and how to keep its names'],
+      ['docs/webhook.md', /From 0\.3\.0 to|\(0\.3\.0 had no|\*\*From 0\.3\.0\*\*|0\.3\.0 named|0\.3\.0's|release of 0\.3\.0|a 0\.3\.0 release upgraded/, 'upgrading a 0.3.0 release: what changed since, and how to keep its names'],
       ['deploy/webhook/templates/webhook.yaml', /0\.3\.0 kept only/, 'taking over what a 0.3.0 install left in the cluster'],
     ];
     const files = [
