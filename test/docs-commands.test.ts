@@ -162,11 +162,12 @@ describe('the command blocks of README.md, docs/install.md and docs/webhook.md (
 // ---------------------------------------------------------------------------
 // The walk
 
-const work = mkdtempSync(path.join(tmpdir(), 'vram-preflight-docs-'));
-const home = path.join(work, 'home');
-const clone = path.join(work, 'vram-preflight');
-const out = path.join(work, 'out');
-const helmLink = path.join(work, 'bin');
+// Made in beforeAll (not at import: a run of the static test alone leaves nothing behind).
+let work = '';
+let home = '';
+let clone = '';
+let out = '';
+let helmLink = '';
 let session: ReturnType<typeof spawn> | undefined;
 let releaseLock: (() => void) | undefined;
 
@@ -303,6 +304,8 @@ describe('run as written, in order, by one reader on a fresh machine', () => {
   let cluster: k.Cluster;
 
   beforeAll(async () => {
+    work = mkdtempSync(path.join(tmpdir(), 'vram-preflight-docs-'));
+    [home, clone, out, helmLink] = ['home', 'vram-preflight', 'out', 'bin'].map((d) => path.join(work, d)) as [string, string, string, string];
     cluster = k.cluster();
     for (const major of [3, 4] as const) if (!existsSync(HELM[major])) throw new Error(`${HELM[major]} is missing: run npm run fetch-helm`);
     for (const tool of ['docker-registry', 'skopeo', 'buildah', 'gpg', 'curl', 'jq', 'openssl']) {
@@ -338,7 +341,7 @@ describe('run as written, in order, by one reader on a fresh machine', () => {
     releaseLock?.();
     // VRAM_PREFLIGHT_DOCS_TEST_KEEP=1 keeps each step's stdout and stderr (and the clone) to read.
     if (process.env.VRAM_PREFLIGHT_DOCS_TEST_KEEP === '1') process.stdout.write(`docs test: kept ${work}\n`);
-    else rmSync(work, { recursive: true, force: true });
+    else if (work) rmSync(work, { recursive: true, force: true });
   });
 
   it('every block not marked skip exits 0 and prints what its marker says; from the first to the last', async () => {
