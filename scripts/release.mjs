@@ -236,7 +236,6 @@ function npmPack(stageDir, destDir, version) {
   const distPaths = new Set(DIST_FILES.map((f) => `dist/${f}`));
   for (const entry of pkg.files) {
     if (distPaths.has(entry) || entry === 'dist') continue;
-    // plugin.yaml at the top of the package (a Helm 4 plugin directory) comes from helm-plugin/plugin.yaml.
     const from = path.join(root, repoSource(entry));
     if (!existsSync(from)) throw new Error(`package.json "files" lists ${entry}, which is not in the checkout`);
     cpSync(from, path.join(pkgDir, entry), { recursive: true });

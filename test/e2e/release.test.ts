@@ -200,6 +200,7 @@ describe('npm run release', () => {
       ['*', /\(since 0\.\d+\.\d+\)/, 'history: when something was introduced'],
       ['docs/gpu-results.md', /[Tt]he 0\.3\.0 script/, 'dated GPU runs of the 0.3.0 preflight script'],
       ['docs/webhook.md', /A 0\.3\.0 install/, 'taking over what a 0.3.0 install left in the cluster'],
+      ['docs/webhook.md', /From 0\.3\.0 to|\(0\.3\.0 had no|\*\*From 0\.3\.0\*\*|0\.3\.0 named|0\.3\.0's|release of 0\.3\.0|a 0\.3\.0 release upgraded/, 'upgrading a 0.3.0 release: what changed since, and how to keep its names'],
       ['deploy/webhook/templates/webhook.yaml', /0\.3\.0 kept only/, 'taking over what a 0.3.0 install left in the cluster'],
     ];
     const files = [
@@ -290,12 +291,12 @@ describe('npm run release', () => {
     expect(ourSums!.trim()).toBe(`files:\n  ${ARCHIVE}: sha256:${sha256(path.join(out1, ARCHIVE))}`);
   });
 
-  it('the npm package (npm pack) holds the bundle, the Node.js check, plugin.yaml, the schemas, CHANGELOG, README and docs', () => {
+  it('the npm package (npm pack) holds the bundle, the Node.js check, the schemas, CHANGELOG, README and docs (no plugin.yaml: it is no plugin directory)', () => {
     const entries = tarEntries(path.join(out1, NPM_TGZ)).filter((e) => e.type === '0');
     const names = entries.map((e) => e.name.replace(/^package\//, '')).sort();
     const docs = (readdirSync(path.join(ROOT, 'docs'), { recursive: true }) as string[]).map((d) => `docs/${d}`).filter((d) => statSync(path.join(ROOT, d)).isFile());
     expect(names).toEqual(
-      ['README.md', 'bin/node-version-guard.cjs', 'dist/vram-preflight.app.js', 'dist/vram-preflight.cjs', 'dist/vram-preflight.webhook.cjs', 'dist/vram-preflight.audit.cjs', 'package.json', 'plugin.yaml', 'src/audit.schema.json', 'src/config.schema.json', 'src/report.schema.json', 'CHANGELOG.md', ...docs].sort(),
+      ['README.md', 'bin/node-version-guard.cjs', 'dist/vram-preflight.app.js', 'dist/vram-preflight.cjs', 'dist/vram-preflight.webhook.cjs', 'dist/vram-preflight.audit.cjs', 'package.json', 'src/audit.schema.json', 'src/config.schema.json', 'src/report.schema.json', 'CHANGELOG.md', ...docs].sort(),
     );
     const pluginBundle = tarEntries(path.join(out1, ARCHIVE)).find((e) => e.name === 'vram-preflight/dist/vram-preflight.cjs')!;
     const npmBundle = entries.find((e) => e.name === 'package/dist/vram-preflight.cjs')!;
@@ -307,12 +308,25 @@ describe('npm run release', () => {
     expect(entries.find((e) => e.name === 'package/dist/vram-preflight.webhook.cjs')!.data.equals(pluginWebhook.data)).toBe(true);
   });
 
-  it('the unpacked npm package is a Helm 4 plugin directory (what `helm plugin install "$(npm root -g)/vram-preflight"` sees)', () => {
+  it('the unpacked npm package is no plugin directory for either helm: both refuse it before installing anything (Helm 3 would have linked it and broken every plugin)', () => {
     const dir = tempDir('npm-unpacked');
     runOk('tar', ['-xzf', path.join(out1, NPM_TGZ), '-C', dir]);
-    const env = helmEnv();
-    expect(helmOk(4, ['plugin', 'install', path.join(dir, 'package')], env)).toContain('Installed plugin: vram-preflight');
-    expect(wrappedCount(helmOk(4, ['template', 'zoo', CHART, '--post-renderer', 'vram-preflight'], env))).toBe(4);
+    // What `npm install -g` puts in $(npm root -g)/vram-preflight: no folder of it holds a plugin.yaml.
+    const pkg = path.join(dir, 'package');
+    const folders = [pkg, ...(readdirSync(pkg, { recursive: true }) as string[]).map((d) => path.join(pkg, d)).filter((d) => statSync(d).isDirectory())];
+    expect(folders.length).toBeGreaterThan(3);
+    expect(folders.filter((d) => readdirSync(d).includes('plugin.yaml'))).toEqual([]);
+    for (const major of [3, 4] as const) {
+      const env = helmEnv();
+      // Another plugin, as a user's Helm has: it must still be listed afterwards.
+      mkdirSync(path.join(env.HELM_DATA_HOME, 'plugins', 'other'), { recursive: true });
+      writeFileSync(path.join(env.HELM_DATA_HOME, 'plugins', 'other', 'plugin.yaml'), 'name: other\nversion: 1.0.0\nusage: another plugin\ndescription: another plugin\ncommand: echo\n');
+      const r = helm(major, ['plugin', 'install', pkg], env);
+      expect(r.status, `helm ${major}`).not.toBe(0);
+      expect(r.stderr, `helm ${major}`).toContain('plugin.yaml');
+      expect(readdirSync(path.join(env.HELM_DATA_HOME, 'plugins')), `helm ${major}`).toEqual(['other']);
+      expect(helmOk(major, ['plugin', 'list'], env), `helm ${major}`).toMatch(/^other\s+1\.0\.0/m);
+    }
   });
 
   it('the Argo CD build context is deploy/argocd/ as committed plus the same bundle in dist/', () => {
