@@ -105,8 +105,9 @@ export function candidateTest(options: Options, rule: CandidateRule): (text: str
     // The mention first: it rules most documents out with plain searches, before any regex runs.
     const lower = text.toLowerCase();
     if (!mentionsAnyLowered(lower, words)) return false;
-    // Operator resources (Dynamo, KubeAI), OpenShift templates and KServe's model predictors carry no `containers` key of their own, yet explain must name them.
-    if (!hasContainersKey(text)) return kindLineNames(text, KINDS_WITHOUT_CONTAINERS);
+    // Operator resources (Dynamo, KubeAI), OpenShift templates and KServe's model predictors carry no `containers` key of their own, yet explain must name them;
+    // so must it an operator's resource of a kind no table names that names a vLLM image (decide/unrecognised.ts). The render, which writes them back as they came, reads none of these.
+    if (!hasContainersKey(text)) return kindLineNames(text, KINDS_WITHOUT_CONTAINERS) || (!sharp && lower.includes('image'));
     if (!sharp) return true;
     // The line test first: it stops at the first mention that counts, which most documents with a vLLM container reach early.
     return mentionMayDecide(lower, words) || lower.includes('memory-utilization') || lower.includes('memory_utilization') || namesKindWithoutContainers(text);
