@@ -173,6 +173,14 @@ function isWordCharacter(c: number): boolean {
   return (c >= 48 && c <= 57) || (c >= 65 && c <= 90) || (c >= 97 && c <= 122);
 }
 
+/** A document that could decide a container, nested deeper than vram-preflight reads (`depth`: "1005 levels deep"). */
+export function nestingTooDeep(depth: string, document: DocumentRef): PreflightError {
+  return new PreflightError('NESTING_TOO_DEEP', `the document nests ${depth}; vram-preflight reads documents up to ${MAX_NESTING} levels deep (go-yaml, which Helm and kubectl use, up to 10,000)`, {
+    document,
+    fix: 'render the deeply nested value flatter (a chart nests ~15 levels; the depth is almost always a template that recurses), or keep it out of a document that holds containers',
+  });
+}
+
 /** DRA claims can be defined anywhere in the stream (Helm sorts unknown kinds last): read them first. */
 export function collectDeviceClaims(chunks: readonly Chunk[], fast: boolean): DeviceClaims {
   const claims = emptyDeviceClaims();
@@ -343,12 +351,7 @@ export function transform(stream: StreamText, options: Options, input: Transform
       continue;
     }
     const tooDeep = (depth: string): void => {
-      result.errors.push(
-        new PreflightError('NESTING_TOO_DEEP', `the document nests ${depth}; vram-preflight reads documents up to ${MAX_NESTING} levels deep (go-yaml, which Helm and kubectl use, up to 10,000)`, {
-          document: refFromText(lines, chunk, index, previous),
-          fix: 'render the deeply nested value flatter (a chart nests ~15 levels; the depth is almost always a template that recurses), or keep it out of a document that holds containers',
-        }),
-      );
+      result.errors.push(nestingTooDeep(depth, refFromText(lines, chunk, index, previous)));
       pieces.push(chunk.text);
     };
     const depth = nestingDepth(chunk.text);

@@ -35,7 +35,7 @@ import { resolveOptions } from '../config/load.js';
 import { CONFIG_FLAG } from '../config/sources.js';
 import { quoteBounded } from '../config/suggest.js';
 import { ACTION_EFFECTS, ANNOTATION_NOT_WRAPPED, asObject, applyPatch, emptyDeviceClaims, patchObject, withLookups, type ContainerReport, type DeviceClaims, type PatchResult, type RegistryAnswers } from '../core/index.js';
-import { candidateTest, collectDeviceClaims, kindAndNameOf, transform, type ReadDocument, type TransformResult } from '../core/transform.js';
+import { candidateTest, collectDeviceClaims, kindAndNameOf, nestingTooDeep, transform, type ReadDocument, type TransformResult } from '../core/transform.js';
 import { escapeControl, PreflightError } from '../core/errors.js';
 import type { Options } from '../core/options.js';
 import { VERSION } from '../core/version.js';
@@ -56,7 +56,7 @@ const OUTPUT_FLAG = '--output';
 
 /** admit's own flags (the wrap's options are the table's, src/config/flags.ts). */
 export const ADMIT_ROWS: readonly FlagRow[] = [
-  { flag: OUTPUT_FLAG, value: 'json|yaml', help: "the answer's format (default: the input's; several objects in JSON: a List)", doors: ['admit'], kind: 'door' },
+  { flag: OUTPUT_FLAG, aliases: ['-o'], value: 'json|yaml', help: "the answer's format (default: the input's; several objects in JSON: a List)", doors: ['admit'], kind: 'door' },
 ];
 
 export const ADMIT_HELP = `vram-preflight ${VERSION} admit: what the admission webhook answers, without a cluster
@@ -280,7 +280,7 @@ async function answerJson(source: string, output: Format, options: Options, look
     const answer = await answerReview(source, json, undefined, options, lookup, noClaims);
     return finish([answer], () => writeValues(output, [answer.value]), io, say);
   }
-  const answer = isPod(json) ? await answerPod(json, undefined, options, lookup, noClaims, source) : await answerObject(json, undefined, options, lookup, say);
+  const answer = isPod(json) ? await answerPod(json, undefined, options, lookup, noClaims, source) : await answerObject(json, source, options, lookup, say);
   // Unchanged, it goes back as it came; changed, it is written anew (JSON.stringify and the YAML writer recurse: within MAX_NESTING).
   if (!answer.changed && output === 'json') return finish([answer], () => source, io, say);
   return finish([answer], () => writeValues(output, [answer.value], nestingDepth(source)), io, say);
@@ -348,9 +348,16 @@ async function answerReview(text: string, review: Plain, access: ReadDocument['a
   return { value: JSON.parse(admission.body), changed: true, ...admissionLines(`AdmissionReview (${object ? objectName(object) : 'no object'})`, admission, decided) };
 }
 
-/** Any other object given as JSON: the post-renderer's decision as a patch (its text edits are for block YAML). */
-async function answerObject(object: Plain, access: ReadDocument['access'] | undefined, options: Options, lookup: Lookup, say: Messages): Promise<Answer> {
-  const result = await withLookups((registry) => patchObject(object, options, { registry, access, keepWrapped: false }), options.registryLookup, lookup);
+/**
+ * Any other object given as JSON: as the post-renderer answers it, as a patch
+ * (its text edits are for block YAML). Read only where a mention could decide
+ * a container, within MAX_NESTING, as the post-renderer reads a document.
+ */
+async function answerObject(object: Plain, source: string, options: Options, lookup: Lookup, say: Messages): Promise<Answer> {
+  if (!candidateTest(options, 'deciding-mention')(source)) return { value: object, changed: false, summary: [unreadLine(object, objectName(object))] };
+  const depth = nestingDepth(source);
+  if (depth > MAX_NESTING) throw nestingTooDeep(`${depth} levels deep`, { index: 1, line: 1, kind: typeof object.kind === 'string' ? object.kind : undefined, name: typeof asObject(object.metadata)?.name === 'string' ? String(asObject(object.metadata)!.name) : undefined });
+  const result = await withLookups((registry) => patchObject(object, options, { registry, keepWrapped: false }), options.registryLookup, lookup);
   for (const warning of [...new Set(result.warnings)]) say.line(`warning: ${escapeControl(warning)}`);
   const summary = reportLines(result.containers, objectName(object), true);
   if (result.errors.length > 0) return { value: object, changed: false, summary, refusal: result.errors.map((error) => error.format()) };
@@ -359,6 +366,8 @@ async function answerObject(object: Plain, access: ReadDocument['access'] | unde
 
 /** What an admission did, on one line; and, where containers were refused, the not-wrapped annotation's lines. */
 function admissionLines(what: string, admission: Admission, decided: PatchResult | undefined): Pick<Answer, 'summary' | 'refusal'> {
+  // The webhook admits the pod unchanged and logs the bug; here there is no log: it is admit's internal error (exit 70).
+  if (admission.log.level === 'error') throw new Error(`the webhook's handler failed: ${String(admission.log.error).split('\n')[0]}`);
   if (admission.outcome === 'ignored') return { summary: [`${what}: not decided: the webhook ignores it (${escapeControl(String(admission.log.ignored ?? ''))})`] };
   const parts: string[] = [];
   if (admission.wrapped.length > 0) parts.push(`wrapped: ${admission.wrapped.map(escapeControl).join(', ')}`);

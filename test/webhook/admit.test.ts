@@ -260,7 +260,15 @@ describe('admit reads as the post-renderer reads: one reader for YAML at every d
     expect(bombed.code).toBe(1);
     expect(bombed.stderr).toContain('error YAML_SYNTAX');
     expect(bombed.stderr).toContain('Excessive alias count');
-    for (const r of [deep, plain, yamlDeep, bombed]) expect(r.stderr).not.toMatch(/INTERNAL|Maximum call stack/);
+    // Any other object in JSON is read as the post-renderer reads a document: only where a mention could decide, within 512 levels.
+    const template = (inner: string) => `{"apiVersion":"template.openshift.io/v1","kind":"Template","metadata":{"name":"t"},"objects":[{"apiVersion":"serving.kserve.io/v1alpha1","kind":"ServingRuntime","metadata":{"name":"vllm"}${inner},"x":${nest(200_000)}}]}`;
+    const deciding = await admit([], template(',"spec":{"containers":[{"name":"c","image":"vllm/vllm-openai:v0.10.1"}]}'));
+    expect(deciding.code).toBe(1);
+    expect(deciding.stderr).toContain('error NESTING_TOO_DEEP: Template/t (document 1, line 1): the document nests 200004 levels deep');
+    const named = await admit([], template(''));
+    expect(named.code, named.stderr).toBe(0);
+    expect(named.stderr).toBe('vram-preflight: Template/t: nothing to wrap: no container of it can start vLLM (passed through unread, as the post-renderer passes it)\n');
+    for (const r of [deep, plain, yamlDeep, bombed, deciding, named]) expect(r.stderr).not.toMatch(/INTERNAL|Maximum call stack/);
   }, 60_000);
 
   it('stdin past the webhook\'s body limit: refused, with what reads any size', async () => {
@@ -296,6 +304,7 @@ describe('admit for an operator: a stream, a line per object, --output', () => {
   it('--output json: YAML in, JSON out (several objects: a List, as kubectl prints them); --output yaml: JSON in, YAML out', async () => {
     const one = await admit(['--output', 'json'], podYaml);
     expect(one.code, one.stderr).toBe(0);
+    expect((await admit(['-o', 'json'], podYaml)).stdout, '-o, as kubectl').toBe(one.stdout);
     expect(JSON.parse(one.stdout)).toEqual(parseYaml((await admit([], podYaml)).stdout));
     const several = await admit(['--output=json', '--registry-lookup=never'], stream);
     const list = JSON.parse(several.stdout) as Obj;
@@ -311,7 +320,7 @@ describe('admit for an operator: a stream, a line per object, --output', () => {
   });
 
   it('--help: admit lists --output json|yaml; the post-renderer\'s help no longer says admit takes text|json', async () => {
-    expect(ADMIT_HELP).toMatch(/--output json\|yaml\s+the answer's format/);
+    expect(ADMIT_HELP).toMatch(/-o, --output json\|yaml\s+the answer's format/);
     expect(ADMIT_HELP).toContain('helm template NAME CHART | vram-preflight admit');
     const main = (await runCli(['--help'], '')).stdout;
     expect(main.split('\n').find((l) => l.includes('--output text|json'))).not.toContain("admit's format");
