@@ -21,6 +21,8 @@ for entry in "${packages[@]}"; do
 done
 # Python modules for Debian's own python3 (an independent RFC 6902 implementation for the JSON Patch tests)
 /usr/bin/python3 -c 'import jsonpatch' >/dev/null 2>&1 || missing+=(python3-jsonpatch)
+# ... and a YAML 1.1 reader (PyYAML) standing in for go-yaml, which Helm and kubectl read manifests with (admit's YAML output)
+/usr/bin/python3 -c 'import yaml' >/dev/null 2>&1 || missing+=(python3-yaml)
 if [ "${#missing[@]}" -gt 0 ]; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
     echo "test.sh: installing ${missing[*]}"

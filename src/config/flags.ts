@@ -62,7 +62,7 @@ const WRAP_ROWS: readonly FlagRow[] = [
   ...SCALAR_OPTIONS.map((o): FlagRow => ({ flag: o.flag, value: 'VALUE', env: o.env, help: o.help, doors: RENDER_ONLY_KEYS.has(o.key) ? ['render'] : ADMISSION_ONLY_KEYS.has(o.key) ? ['webhook', 'admit'] : ['render', 'webhook', 'admit', 'audit'], kind: 'wrap' })),
 ];
 
-const RENDER_ROWS: readonly FlagRow[] = [{ flag: '--output', value: 'text|json', help: "explain's and admit's format (json: src/report.schema.json)", doors: ['render'], kind: 'door' }];
+const RENDER_ROWS: readonly FlagRow[] = [{ flag: '--output', value: 'text|json', help: "explain's format (json: src/report.schema.json; admit's --output: vram-preflight admit --help)", doors: ['render'], kind: 'door' }];
 
 const SWITCH_ROWS: readonly FlagRow[] = [
   { flag: '--help', aliases: ['-h'], help: 'show this help', doors: ['render', 'webhook', 'admit', 'audit'], kind: 'door' },

@@ -78,11 +78,13 @@ export class PreflightError extends Error {
 }
 
 export function describeDocument(doc: DocumentRef): string {
-  const id = doc.kind || doc.name ? `${doc.kind ?? '?'}/${doc.name ?? '?'}` : `document ${doc.index}`;
+  const named = Boolean(doc.kind || doc.name);
+  const id = named ? `${doc.kind ?? '?'}/${doc.name ?? '?'}` : `document ${doc.index}`;
   const origin = doc.source ?? doc.helmFilename;
   if (origin) return `${id} (${origin})`;
   // An object that is not part of a stream (a pod at admission) has no line.
-  return doc.line > 0 ? `${id} (document ${doc.index}, line ${doc.line})` : id;
+  if (doc.line <= 0) return id;
+  return named ? `${id} (document ${doc.index}, line ${doc.line})` : `${id} (line ${doc.line})`;
 }
 
 /**

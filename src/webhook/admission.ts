@@ -22,7 +22,7 @@
  */
 import type { Options } from '../core/options.js';
 import type { RegistryAnswers } from '../core/decide/start.js';
-import { ACTION_EFFECTS, ANNOTATION_NOT_WRAPPED, ANNOTATION_WRAPPED, asObject, claimReferences, imageEntryFix, imageEntryYaml, patchObject, pointerSegment, withLookups, type ContainerReport, type JsonPatchOperation, type PatchResult } from '../core/index.js';
+import { ACTION_EFFECTS, ANNOTATION_NOT_WRAPPED, ANNOTATION_WRAPPED, asObject, claimReferences, imageEntryFix, imageEntryYaml, patchObject, pointerSegment, withLookups, type ContainerReport, type JsonPatchOperation, type PatchInput, type PatchResult } from '../core/index.js';
 import { escapeControl } from '../core/errors.js';
 import { allowedAnswer, echo, readReview, type Admission, type RefusalFix, type RefusedContainer } from './answers.js';
 import type { ClaimReadResult, ClaimReference } from './claims.js';
@@ -56,6 +56,10 @@ export interface AdmissionDependencies {
   limitHit?: (limit: 'containers-per-pod' | 'claims-per-pod') => void;
   /** Told, once the envelope is read, how to answer should the decision not finish in time (./worker.ts; inline, nobody asks). */
   onReview?: (late: () => Admission) => void;
+  /** How the pod's containers' command and args are read (`vram-preflight admit`: from its YAML, as the post-renderer reads them); absent: from the JSON. */
+  access?: PatchInput['access'];
+  /** Told the core's decision for every container (`vram-preflight admit` says what it decided; the webhook does not ask). */
+  onDecided?: (result: PatchResult) => void;
 }
 
 /**
@@ -273,7 +277,8 @@ export async function admit(text: string, deps: AdmissionDependencies): Promise<
     }
     let answers: RegistryAnswers | undefined;
     const lookup = deps.lookup && (async (images: readonly string[]) => (answers = await deps.lookup!(images)));
-    const result = await withLookups((registry) => patchObject(pod, deps.options, { registry, claims }), deps.options.registryLookup, lookup);
+    const result = await withLookups((registry) => patchObject(pod, deps.options, { registry, claims, access: deps.access }), deps.options.registryLookup, lookup);
+    deps.onDecided?.(result);
     const { wrapped, refused, skipped } = readResult(pod, result, claimFailures, answers);
     const annotations: Record<string, string> = {};
     // A container without a name (the API server's validation refuses it after admission) has no place in a list of names.

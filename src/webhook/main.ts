@@ -19,7 +19,7 @@ import { ADMISSION_WORKER, serveAdmissions } from './worker.js';
 import { watchCertificateExpiry } from './certificate-expiry.js';
 import { startMetricsPort, type MetricsPort } from './metrics-port.js';
 
-export { runAdmitProcess } from './admit-command.js';
+export { runAdmit } from './admit-command.js';
 
 // This bundle is also the script of the worker that decides large bodies (./worker.ts).
 if (!isMainThread && parentPort && (workerData as { role?: unknown } | null)?.role === ADMISSION_WORKER) serveAdmissions(parentPort);

@@ -21,8 +21,12 @@ export interface ParsedDocument {
   toJS(): unknown;
 }
 
-/** Options for every parse: what the cluster reads, not what YAML 1.2 strictly allows. */
-export const PARSE_OPTIONS = { uniqueKeys: false, merge: true } as const;
+/**
+ * Options for every parse: what the cluster reads, not what YAML 1.2 strictly allows. logLevel
+ * `error`: the library's warnings (a key that is a list or a mapping, stringified in a value)
+ * would otherwise be Node process warnings on stderr, a library's hint among our messages.
+ */
+export const PARSE_OPTIONS = { uniqueKeys: false, merge: true, logLevel: 'error' } as const;
 
 /** Merges nest rarely more than once or twice; the bound stops a malicious cycle. */
 const MAX_MERGE_DEPTH = 32;
