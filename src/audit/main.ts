@@ -23,7 +23,7 @@ import { escapeControl, PreflightError } from '../core/errors.js';
 import { VERSION } from '../core/version.js';
 import type { RegistryAnswers } from '../core/index.js';
 import { KubernetesClient, loadConnection, SERVICE_ACCOUNT_DIR } from '../kubernetes/index.js';
-import type { RegistryOptions } from '../registry/index.js';
+import { COMMAND_BUDGET, registryOptions } from '../registry/options.js';
 import { auditCluster } from './audit.js';
 import { failing, renderJson, renderText } from './render.js';
 
@@ -101,12 +101,6 @@ export interface AuditIO {
   home?: string;
 }
 
-/** The registry client's options from ours: those of a CLI run (src/cli/main.ts), the audit being one. */
-function registryOptions(options: Options, env: AuditIO['env']): RegistryOptions {
-  const requestTimeoutMs = Math.round(options.registryTimeoutSeconds * 1000);
-  return { platform: options.registryPlatform, cacheDir: options.cacheDir, requestTimeoutMs, totalTimeoutMs: Math.max(15_000, 3 * requestTimeoutMs), insecureRegistries: options.registryInsecure, caFile: options.registryCaFile, env };
-}
-
 /** The command; returns its exit code. Never throws. */
 export async function runAudit(argv: readonly string[], io: AuditIO): Promise<number> {
   const say = (error: PreflightError): void => void io.stderr.write(`vram-preflight: ${error.format()}\n`);
@@ -138,7 +132,7 @@ export async function runAudit(argv: readonly string[], io: AuditIO): Promise<nu
     client = new KubernetesClient(connection, { requestTimeoutMs: REQUEST_TIMEOUT_MS, env: io.env });
     const lookup = async (images: readonly string[]): Promise<RegistryAnswers> => {
       const registry = await import('../registry/index.js');
-      return registry.lookupImageStarts(images, registryOptions(options, io.env));
+      return registry.lookupImageStarts(images, registryOptions(options, io.env, COMMAND_BUDGET));
     };
     const result = await auditCluster(client, {
       namespace: a('--namespace'),

@@ -29,9 +29,8 @@ import { escapeControl, PreflightError } from '../core/errors.js';
 import type { Options } from '../core/options.js';
 import { VERSION } from '../core/version.js';
 import { admit, notWrappedAnnotation, type RefusedContainer } from './admission.js';
-import { DEFAULT_CACHE_SETTINGS, ImageStartCache } from './image-starts.js';
+import { admissionLookupOptions, DEFAULT_CACHE_SETTINGS, ImageStartCache } from './image-starts.js';
 import { webhookMetrics } from './metrics.js';
-import { registryOptions } from './server.js';
 import type { Plain } from '../core/values.js';
 
 export const ADMIT_HELP = `vram-preflight ${VERSION} admit: what the admission webhook answers, without a cluster
@@ -98,7 +97,7 @@ function stringifyYaml(value: unknown): string {
 /** Registry lookups as the webhook makes them: one shared cache, the per-admission budget. */
 function lookups(options: Options, env: AdmitIO['env']): (images: readonly string[]) => Promise<RegistryAnswers> {
   const cache = new ImageStartCache(DEFAULT_CACHE_SETTINGS, webhookMetrics());
-  return (images) => cache.answers(images, registryOptions(options, env));
+  return (images) => cache.answers(images, admissionLookupOptions(options, env));
 }
 
 /** The not-wrapped containers on stderr: each reason and its fix, as the pod's annotation says them (not cut to a warning's length). */

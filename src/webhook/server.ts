@@ -22,13 +22,10 @@ import { getHeapStatistics } from 'node:v8';
 import { PreflightError } from '../core/errors.js';
 import type { Options } from '../core/options.js';
 import { VERSION } from '../core/version.js';
-import { parseImage } from '../core/tables/image-ref.js';
-import { KNOWN_IMAGES } from '../core/tables/images.js';
-import type { RegistryOptions, RegistryPolicy } from '../registry/index.js';
 import type { AdmissionDependencies } from './admission.js';
 import { BODY_LIMIT, ByteBudget, SMALL_BODY } from './body.js';
 import { ClaimReader } from './claims.js';
-import { DEFAULT_CACHE_SETTINGS, ImageStartCache, type LookupFunction } from './image-starts.js';
+import { admissionLookupOptions, DEFAULT_CACHE_SETTINGS, ImageStartCache, type LookupFunction } from './image-starts.js';
 import { Lifecycle } from './lifecycle.js';
 import { webhookMetrics, type WebhookMetrics } from './metrics.js';
 import { CertificateReloader, ConfigReloader } from './reload.js';
@@ -132,33 +129,6 @@ export interface Webhook {
   drain(): Promise<void>;
 }
 
-/**
- * The registries lookups may reach (src/registry/allow.ts): those the
- * built-in image table knows, those the config's images name (mirrors), the
- * insecure ones it lists, and registryAllow's; those named there exactly (not
- * the public ones, not a *.domain) may be on private addresses.
- */
-export function registryPolicy(options: Options): RegistryPolicy {
-  const known = new Set(KNOWN_IMAGES.map((row) => parseImage(row.repository).registry));
-  const named = new Set([...options.images.map((entry) => parseImage(entry.repository).registry), ...options.registryInsecure, ...options.registryAllow.filter((r) => !r.startsWith('*.'))].filter((r) => !known.has(r)));
-  return { registries: [...known, ...named, ...options.registryAllow.filter((r) => r.startsWith('*.'))], privateRegistries: [...named] };
-}
-
-/** The registry client's options: per request within the pod's budget; the whole lookup may run on after it, bounded, to fill the cache; only the registries of the policy. */
-export function registryOptions(options: Options, env: WebhookSettings['env']): RegistryOptions {
-  const requestTimeoutMs = Math.min(5000, Math.round(options.registryTimeoutSeconds * 1000));
-  return {
-    policy: registryPolicy(options),
-    platform: options.registryPlatform,
-    cacheDir: options.cacheDir ?? `${env.TMPDIR || '/tmp'}/vram-preflight-cache`,
-    requestTimeoutMs,
-    totalTimeoutMs: 3 * requestTimeoutMs,
-    insecureRegistries: options.registryInsecure,
-    caFile: options.registryCaFile,
-    env,
-  };
-}
-
 /** The TLS settings from the webhook's: the client CA read from its file. */
 function tlsSettings(settings: WebhookSettings): TlsSettings {
   let clientCa: Buffer | undefined;
@@ -192,7 +162,7 @@ export async function startWebhook(settings: WebhookSettings): Promise<Webhook> 
 
   const deps = (options: Options): AdmissionDependencies => ({
     options,
-    lookup: (wanted) => images.answers(wanted, registryOptions(options, settings.env)),
+    lookup: (wanted) => images.answers(wanted, admissionLookupOptions(options, settings.env)),
     readClaims: claimReader ? (namespace, references) => claimReader.read(namespace, references) : undefined,
     limitHit: (limit) => metrics.limits.inc({ limit }),
   });
