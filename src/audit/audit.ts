@@ -134,7 +134,11 @@ class Claims {
   private readonly reads = new Map<string, Promise<ClaimRead>>();
   private readonly versions = { preferred: RESOURCE_API_VERSIONS[0]! };
 
-  constructor(private readonly client: KubernetesClient) {}
+  constructor(
+    private readonly client: KubernetesClient,
+    /** The audit's deadline (--timeout): a read cut by it stops the audit; one cut by its own request timeout leaves its claim unreadable. */
+    private readonly deadline: number | undefined,
+  ) {}
 
   async forPod(pod: Plain, namespace: string): Promise<Pick<DecidedPod, 'claimFailures'> & { claims: ReturnType<typeof emptyDeviceClaims> }> {
     const references = claimReferences(asObject(pod.spec) ?? {});
@@ -150,7 +154,7 @@ class Claims {
       if (!read) this.reads.set(key, (read = readClaim(this.client, namespace, ref, this.versions)));
       const answer = await read;
       // The audit's own deadline is the audit's failure, not the claim's.
-      if ('timedOut' in answer && answer.timedOut) throw new AuditTimedOut(`at the DRA ${ref.kind} ${namespace}/${ref.name}`, answer.error);
+      if ('timedOut' in answer && answer.timedOut && this.deadline !== undefined && Date.now() >= this.deadline) throw new AuditTimedOut(`at the DRA ${ref.kind} ${namespace}/${ref.name}`, answer.error);
       if ('error' in answer) claimFailures.set(`${ref.kind} ${ref.name}`, answer.error);
       else recordDeviceClaim(claims, answer.object);
     }
@@ -215,7 +219,7 @@ export async function auditCluster(client: KubernetesClient, settings: AuditSett
   const podsPath = settings.namespace === undefined ? '/api/v1/pods' : `/api/v1/namespaces/${encodeURIComponent(settings.namespace)}/pods`;
   const listing = `list pods${settings.namespace === undefined ? ' in all namespaces' : ` in namespace ${settings.namespace}`}`;
 
-  const claims = new Claims(client);
+  const claims = new Claims(client, settings.deadline);
   const containers: AuditedContainer[] = [];
   const classify = (decided: DecidedPod, namespace: string): void => void containers.push(...classifyPod(decided, namespaces.get(namespace), webhooks));
   // Pods whose images only a registry can place wait for one lookup of all such images (in batches: WAITING_LIMIT); the others are decided at once.
