@@ -178,6 +178,9 @@ const VALUES = {
       // Five cron fields or a @macro, as the CronJob controller reads spec.schedule (robfig/cron).
       schedule: str('When it runs: spec.schedule of the CronJob (cron syntax, or @hourly, @daily, ...).', { pattern: '^(@(yearly|annually|monthly|weekly|daily|midnight|hourly)|(\\S+\\s+){4}\\S+)$' }),
       extraArgs: { type: 'array', description: 'Extra flags of `vram-preflight audit` (e.g. --output=json, --namespace=ml); the audit refuses an unknown one.', items: { type: 'string', pattern: '^--[a-z]' } },
+      timeoutSeconds: int('The whole audit at most this long, seconds (its --timeout): a run past it stops, saying how far it got (exit 1).', { minimum: 1, maximum: 86400 }),
+      activeDeadlineSeconds: int("The Job's activeDeadlineSeconds, above timeoutSeconds: the pod is ended after this, its image pull included.", { minimum: 1, maximum: 86400 }),
+      heapMiB: int("Node's heap cap (--max-old-space-size) of the audit, MiB. 0: 3/8 of resources.limits.memory, as for the webhook.", { minimum: 0, maximum: 65536 }),
       resources: object('Resources of the audit container.', {
         requests: map('Requests, e.g. cpu: 50m, memory: 96Mi.', quantity, '^(cpu|memory|ephemeral-storage|hugepages-[0-9A-Za-z]+|[a-z0-9.-]+/[a-z0-9._-]+)$'),
         limits: map('Limits, e.g. memory: 256Mi.', quantity, '^(cpu|memory|ephemeral-storage|hugepages-[0-9A-Za-z]+|[a-z0-9.-]+/[a-z0-9._-]+)$'),

@@ -38,9 +38,6 @@ export interface FlagRow {
 /** Wrap options that only a render uses: the webhook answers the API server, writes no files and reads no YAML. */
 const RENDER_ONLY_KEYS: ReadonlySet<string> = new Set(['diagnosticsFile', 'reportFile', 'fastParse']);
 
-/** Wrap options of the admission doors only: which registries the webhook may be aimed at (the render, the audit and resolve run where their user runs them). */
-const ADMISSION_ONLY_KEYS: ReadonlySet<string> = new Set(['registryAllow']);
-
 /** Why a render-only option means nothing to the webhook (its messages say it). */
 export const RENDER_ONLY_WHY = 'the webhook writes no diagnostics or report file (it logs JSON lines and answers the API server) and reads no YAML';
 
@@ -59,7 +56,7 @@ export function refuseRenderOnlyEnv(env: Readonly<Record<string, string | undefi
 
 const WRAP_ROWS: readonly FlagRow[] = [
   { flag: CONFIG_FLAG, value: 'FILE', env: CONFIG_ENV, help: 'YAML or JSON config file (schema: config.schema.json)', doors: ['render', 'webhook', 'admit', 'audit'], kind: 'wrap' },
-  ...SCALAR_OPTIONS.map((o): FlagRow => ({ flag: o.flag, value: 'VALUE', env: o.env, help: o.help, doors: RENDER_ONLY_KEYS.has(o.key) ? ['render'] : ADMISSION_ONLY_KEYS.has(o.key) ? ['webhook', 'admit'] : ['render', 'webhook', 'admit', 'audit'], kind: 'wrap' })),
+  ...SCALAR_OPTIONS.map((o): FlagRow => ({ flag: o.flag, value: 'VALUE', env: o.env, help: o.help, doors: RENDER_ONLY_KEYS.has(o.key) ? ['render'] : ['render', 'webhook', 'admit', 'audit'], kind: 'wrap' })),
 ];
 
 const RENDER_ROWS: readonly FlagRow[] = [{ flag: '--output', value: 'text|json', help: "explain's format (json: src/report.schema.json; admit's --output: vram-preflight admit --help)", doors: ['render'], kind: 'door' }];

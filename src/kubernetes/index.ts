@@ -1,10 +1,12 @@
 /**
  * The Kubernetes API, for the doors that read a cluster (`vram-preflight
- * audit`; the webhook's DRA claim reads may move here): where the API is and
- * who we are (./kubeconfig.ts: kubeconfig or in-cluster), exec credential
- * plugins (./exec.ts), GET and paginated LIST (./client.ts), DRA claims
- * (./claims.ts).
+ * audit`, the webhook's DRA claim reads): where the API is and who we are
+ * (./kubeconfig.ts: a kubeconfig or the pod's service account, by kubectl's
+ * rules for a command and by controller-runtime's for a server), exec
+ * credential plugins (./exec.ts), the client (./client.ts: GET, and LIST read
+ * as it streams, ./list-stream.ts; a deadline and a body limit per call), DRA
+ * claims (./claims.ts).
  */
-export { inClusterServer, loadConnection, SERVICE_ACCOUNT_DIR, type Connection, type ConnectionRequest, type ExecPlugin } from './kubeconfig.js';
-export { KubernetesApiError, KubernetesClient, type ClientSettings } from './client.js';
+export { inClusterServer, loadConnection, loadServerConnection, SERVICE_ACCOUNT_DIR, type Connection, type ConnectionRequest, type ExecPlugin } from './kubeconfig.js';
+export { KubernetesApiError, KubernetesClient, KubernetesDeadlineError, type CallOptions, type ClientSettings } from './client.js';
 export { claimPath, readClaim, RESOURCE_API_VERSIONS, type ClaimRead, type ClaimReference } from './claims.js';

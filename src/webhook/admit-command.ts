@@ -48,9 +48,8 @@ import type { Plain } from '../core/values.js';
 import { admit, notWrappedAnnotation, shortReason, type Admission, type AdmissionDependencies } from './admission.js';
 import { echo } from './answers.js';
 import { BODY_LIMIT } from './body.js';
-import { DEFAULT_CACHE_SETTINGS, ImageStartCache, LOOKUP_FAILED } from './image-starts.js';
+import { admissionLookupOptions, DEFAULT_CACHE_SETTINGS, ImageStartCache, LOOKUP_FAILED } from './image-starts.js';
 import { webhookMetrics } from './metrics.js';
-import { registryOptions } from './server.js';
 
 const OUTPUT_FLAG = '--output';
 
@@ -203,7 +202,7 @@ function lookups(options: Options, io: Pick<AdmitIO, 'env'>, say: Messages): (im
     if (typeof entry.image === 'string' && typeof entry.error === 'string') say.lookupFailures.set(entry.image, entry.error);
   };
   const cache = new ImageStartCache(DEFAULT_CACHE_SETTINGS, webhookMetrics(), undefined, Date.now, log);
-  return (images) => cache.answers(images, registryOptions(options, io.env));
+  return (images) => cache.answers(images, admissionLookupOptions(options, io.env));
 }
 
 const isPod = (value: unknown): boolean => {

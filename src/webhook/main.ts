@@ -11,7 +11,7 @@ import { optionHelp, parseCommandLine, refuseRenderOnlyEnv, type FlagRow } from 
 import { quoteBounded } from '../config/suggest.js';
 import { PreflightError } from '../core/errors.js';
 import { VERSION } from '../core/version.js';
-import { inClusterApiServer, SERVICE_ACCOUNT_DIR } from './claims.js';
+import { SERVICE_ACCOUNT_DIR } from '../kubernetes/index.js';
 import { BODY_LIMIT, DEFAULT_SETTINGS, startWebhook, type WebhookSettings } from './server.js';
 import { TLS12_SUITES } from './transport.js';
 import { ADMISSION_WORKER, serveAdmissions } from './worker.js';
@@ -38,7 +38,8 @@ const WEBHOOK_ROWS: readonly FlagRow[] = [
   { flag: '--address', value: 'ADDRESS', help: 'address to listen on (default: every interface)', doors: ['webhook'], kind: 'door' },
   { flag: '--registry-budget-ms', value: 'MS', help: 'how long one admission waits for registry lookups', doors: ['webhook'], kind: 'door', defaultOf: 'registryBudgetMs' },
   { flag: '--kubernetes-budget-ms', value: 'MS', help: 'how long one admission waits for the Kubernetes API to read DRA claims', doors: ['webhook'], kind: 'door', defaultOf: 'kubernetesBudgetMs' },
-  { flag: '--kubernetes-api', value: 'URL', help: 'https://HOST:PORT of the Kubernetes API (default: in-cluster, from KUBERNETES_SERVICE_HOST/PORT)', doors: ['webhook'], kind: 'door' },
+  { flag: '--kubeconfig', value: 'FILE', help: 'kubeconfig for the Kubernetes API, as controller-runtime\'s webhooks take it out of a cluster (default: KUBECONFIG, else in-cluster, else ~/.kube/config)', doors: ['webhook'], kind: 'door' },
+  { flag: '--kubernetes-api', value: 'URL', help: 'https://HOST:PORT of the Kubernetes API, with the token and CA of --kubernetes-credentials-dir (default: as --kubeconfig says)', doors: ['webhook'], kind: 'door' },
   { flag: '--kubernetes-credentials-dir', value: 'DIR', help: 'directory with token, ca.crt of a service account', doors: ['webhook'], kind: 'door', defaultOf: 'kubernetesCredentialsDir' },
   { flag: '--shutdown-delay-ms', value: 'MS', help: "on SIGTERM, how long it goes on accepting and answering, not ready, before it drains (Gatekeeper's --shutdown-delay is 10 s)", doors: ['webhook'], kind: 'door', defaultOf: 'shutdownDelayMs' },
   { flag: '--drain-timeout-ms', value: 'MS', help: 'after the shutdown delay, how long requests in flight may take to finish', doors: ['webhook'], kind: 'door', defaultOf: 'drainTimeoutMs' },
@@ -182,8 +183,9 @@ export function processSettings(argv: readonly string[], io: WebhookIO): { serve
     env: io.env,
     registryBudgetMs: whole('--registry-budget-ms', w('--registry-budget-ms'), DEFAULT_SETTINGS.registryBudgetMs, 1),
     kubernetesBudgetMs: whole('--kubernetes-budget-ms', w('--kubernetes-budget-ms'), DEFAULT_SETTINGS.kubernetesBudgetMs, 1),
-    kubernetesApi: w('--kubernetes-api') ?? inClusterApiServer(io.env),
-    kubernetesCredentialsDir: w('--kubernetes-credentials-dir') ?? SERVICE_ACCOUNT_DIR,
+    ...(w('--kubeconfig') !== undefined ? { kubeconfig: w('--kubeconfig') } : {}),
+    ...(w('--kubernetes-api') !== undefined ? { kubernetesApi: w('--kubernetes-api') } : {}),
+    ...(w('--kubernetes-credentials-dir') !== undefined ? { kubernetesCredentialsDir: w('--kubernetes-credentials-dir') } : {}),
     shutdownDelayMs: whole('--shutdown-delay-ms', w('--shutdown-delay-ms'), DEFAULT_SETTINGS.shutdownDelayMs),
     drainTimeoutMs: whole('--drain-timeout-ms', w('--drain-timeout-ms'), DEFAULT_SETTINGS.drainTimeoutMs),
     maxConnections: whole('--max-connections', w('--max-connections'), DEFAULT_SETTINGS.maxConnections, 1),

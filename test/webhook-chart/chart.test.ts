@@ -326,6 +326,7 @@ describe.each(Object.keys(HELMS) as Helm[])('helm %s', (which) => {
         { apiGroups: [''], resources: ['namespaces'], verbs: ['get', 'list'] },
         { apiGroups: ['admissionregistration.k8s.io'], resources: ['mutatingwebhookconfigurations'], verbs: ['get', 'list'] },
         { apiGroups: ['resource.k8s.io'], resources: ['resourceclaims', 'resourceclaimtemplates'], verbs: ['get'] },
+        { apiGroups: ['apps'], resources: ['deployments'], verbs: ['get'], resourceNames: [FULLNAME] },
       ]);
       expect(all.filter((o) => o.kind === 'CronJob')).toEqual([]);
     });
@@ -366,18 +367,34 @@ describe.each(Object.keys(HELMS) as Helm[])('helm %s', (which) => {
     }
   });
 
-  it('runs the audit as a CronJob when asked: its own service account bound to the audit ClusterRole, the webhook\'s config, restricted, not retried', () => {
+  it('runs the audit as a CronJob when asked: its own service account bound to the audit ClusterRole, the webhook\'s config, restricted, not retried, within a deadline and the webhook\'s heap rule', () => {
     const all = template(which, ['audit.cronJob.enabled=true', 'audit.cronJob.schedule=@hourly', 'audit.cronJob.extraArgs={--output=json}']);
     expectValid(all);
     const cron = only(all, 'CronJob');
-    expect(cron.spec).toMatchObject({ schedule: '@hourly', concurrencyPolicy: 'Forbid', jobTemplate: { spec: { backoffLimit: 0 } } });
+    expect(cron.spec).toMatchObject({ schedule: '@hourly', concurrencyPolicy: 'Forbid', jobTemplate: { spec: { backoffLimit: 0, activeDeadlineSeconds: 600 } } });
     const pod = cron.spec.jobTemplate.spec.template.spec;
     expect(pod.serviceAccountName).toBe(`${FULLNAME}-audit`);
     expect(pod.restartPolicy).toBe('Never');
     expect(pod.securityContext).toMatchObject({ runAsNonRoot: true, runAsUser: 65532, seccompProfile: { type: 'RuntimeDefault' } });
     const container = pod.containers[0];
     expect(container.image).toBe(only(all, 'Deployment').spec.template.spec.containers[0].image);
-    expect(container.args).toEqual(['audit', '--config=/etc/vram-preflight/config/config.yaml', '--cache-dir=/tmp/vram-preflight-cache', '--output=json']);
+    expect(container.args).toEqual(['audit', '--config=/etc/vram-preflight/config/config.yaml', '--cache-dir=/tmp/vram-preflight-cache', '--timeout=300s', '--output=json']);
+    const fails = (values: string[]): string => {
+      const r = helm(which, ['template', RELEASE, CHART, '--namespace', NAMESPACE, ...values.flatMap((v) => ['--set', v])]);
+      expect(r.status, values.join(',')).not.toBe(0);
+      return r.stderr;
+    };
+    // The webhook's heap rule: 3/8 of the memory limit (256Mi), or the value given; a limit too small for it fails.
+    expect(container.env).toEqual([{ name: 'NODE_OPTIONS', value: '--max-old-space-size=96' }]);
+    const heap = (values: string[]) => only(template(which, ['audit.cronJob.enabled=true', ...values]), 'CronJob').spec.jobTemplate.spec.template.spec.containers[0].env?.[0]?.value;
+    expect(heap(['audit.cronJob.resources.limits.memory=1Gi'])).toBe('--max-old-space-size=384');
+    expect(heap(['audit.cronJob.heapMiB=200'])).toBe('--max-old-space-size=200');
+    expect(fails(['audit.cronJob.enabled=true', 'audit.cronJob.resources.limits.memory=128Mi'])).toContain('audit.cronJob.resources.limits.memory "128Mi" leaves the audit 48 MiB of heap');
+    // The audit's own deadline, inside the Job's.
+    const longer = only(template(which, ['audit.cronJob.enabled=true', 'audit.cronJob.timeoutSeconds=1200', 'audit.cronJob.activeDeadlineSeconds=1500']), 'CronJob').spec.jobTemplate.spec;
+    expect(longer.activeDeadlineSeconds).toBe(1500);
+    expect(longer.template.spec.containers[0].args).toContain('--timeout=1200s');
+    expect(fails(['audit.cronJob.enabled=true', 'audit.cronJob.timeoutSeconds=600'])).toContain('audit.cronJob.activeDeadlineSeconds 600 must be above audit.cronJob.timeoutSeconds 600');
     expect(container.securityContext).toMatchObject({ readOnlyRootFilesystem: true, allowPrivilegeEscalation: false, capabilities: { drop: ['ALL'] } });
     expect(pod.volumes.find((v: { name: string }) => v.name === 'config').configMap.name).toBe(`${FULLNAME}-config`);
     const binding = only(all, 'ClusterRoleBinding', `${FULLNAME}-audit`);
@@ -602,6 +619,13 @@ describe.each(Object.keys(HELMS) as Helm[])('helm %s: hardening', (which) => {
     const policy = only(all, 'NetworkPolicy');
     expect(policy.spec.podSelector.matchLabels).toEqual(only(all, 'Deployment').spec.selector.matchLabels);
     expect(policy.spec.policyTypes).toEqual(['Ingress']);
+    // The audit's pods serve nothing: none may be reached.
+    const audited = template(which, ['networkPolicy.enabled=true', 'networkPolicy.apiServer[0].ipBlock.cidr=10.0.0.0/24', 'audit.cronJob.enabled=true']);
+    const auditPolicy = only(audited, 'NetworkPolicy', `${FULLNAME}-audit`);
+    const auditPod = only(audited, 'CronJob').spec.jobTemplate.spec.template.metadata.labels as Record<string, string>;
+    expect(Object.entries(auditPolicy.spec.podSelector.matchLabels).every(([k, v]) => auditPod[k] === v)).toBe(true);
+    expect(auditPolicy.spec).toMatchObject({ policyTypes: ['Ingress'], ingress: [] });
+    expect(all.filter((o) => o.kind === 'NetworkPolicy')).toHaveLength(1);
     expect(policy.spec.ingress).toEqual([
       { from: [{ ipBlock: { cidr: '10.0.0.0/24' } }], ports: [{ protocol: 'TCP', port: 8443 }] },
       { from: [{ namespaceSelector: { matchLabels: { team: 'monitoring' } } }], ports: [{ protocol: 'TCP', port: 9090 }] },

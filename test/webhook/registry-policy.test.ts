@@ -81,7 +81,7 @@ describe('registry lookups cannot be aimed (row 7)', () => {
     // The fix in the annotation says why the registry was not read (not that it did not answer), and what would let the webhook ask it.
     const image = `${aimed.host}/vllm/vllm-openai:v0.12.0`;
     const note = ((h.applyPatch(podOf(image), h.readReview(answers[0]!).patch!) as h.Pod).metadata.annotations as Record<string, string>)['vram-preflight.io/not-wrapped']!;
-    expect(note).toContain(`(the webhook may not ask its registry (registryAllow in the config would let it), so read the image's ENTRYPOINT where it can be pulled (\`skopeo inspect --config docker://${image}\``);
+    expect(note).toContain(`(its registry is not one lookups may ask (registryAllow in the config would let it), so read the image's ENTRYPOINT where it can be pulled (\`skopeo inspect --config docker://${image}\``);
     expect(note).not.toContain('did not answer');
   }, 30_000);
 

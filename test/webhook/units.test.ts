@@ -20,7 +20,7 @@ import { watchFiles } from '../../src/webhook/watch.js';
 import type { RegistryOptions } from '../../src/registry/index.js';
 import { registryAllowed } from '../../src/registry/allow.js';
 import { DEFAULT_OPTIONS, type Options } from '../../src/core/index.js';
-import { registryPolicy } from '../../src/webhook/server.js';
+import { registryPolicy } from '../../src/registry/options.js';
 
 const registryOptions: RegistryOptions = { platform: 'linux/amd64', requestTimeoutMs: 100, totalTimeoutMs: 100, env: {} };
 const answer = (image: string): Answer => ({ image, entrypoint: ['vllm', 'serve'], cmd: [], digest: 'sha256:00', platform: 'linux/amd64', source: 'registry', checkedAt: '2026-12-04T00:00:00Z' });

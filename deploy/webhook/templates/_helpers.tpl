@@ -73,21 +73,30 @@ Ki/Mi/Gi/Ti suffix); empty without either (Node's own default). A limit that
 leaves less than 64 MiB of heap fails the render.
 */}}
 {{- define "vram-preflight-webhook.heapMiB" -}}
-{{- if .Values.webhook.heapMiB -}}
-{{- .Values.webhook.heapMiB -}}
+{{- include "vram-preflight-webhook.heapMiBOf" (dict "heapMiB" .Values.webhook.heapMiB "resources" .Values.resources "who" "the webhook" "heapValue" "webhook.heapMiB" "limitValue" "resources.limits.memory") -}}
+{{- end -}}
+
+{{/*
+The same rule for any container (the audit's CronJob too): a dict of heapMiB
+(the value that sets it), resources (its requests and limits), who (for the
+message), heapValue and limitValue (the values' names, for the message).
+*/}}
+{{- define "vram-preflight-webhook.heapMiBOf" -}}
+{{- if .heapMiB -}}
+{{- .heapMiB -}}
 {{- else -}}
-{{- $limit := toString (dig "limits" "memory" "" .Values.resources) -}}
+{{- $limit := toString (dig "limits" "memory" "" (.resources | default dict)) -}}
 {{- if $limit -}}
 {{- $number := regexFind "^[0-9]+(\\.[0-9]+)?" $limit -}}
 {{- $unit := trimPrefix $number $limit -}}
 {{- /* MiB per unit of each suffix */ -}}
 {{- $perMiB := dict "" 0.00000095367431640625 "k" 0.00095367431640625 "Ki" 0.0009765625 "M" 0.95367431640625 "Mi" 1.0 "G" 953.67431640625 "Gi" 1024.0 "T" 953674.31640625 "Ti" 1048576.0 -}}
 {{- if not (hasKey $perMiB $unit) -}}
-{{- fail (printf "resources.limits.memory %q: write it as a quantity with a k, M, G, T, Ki, Mi, Gi or Ti suffix, or set webhook.heapMiB" $limit) -}}
+{{- fail (printf "%s %q: write it as a quantity with a k, M, G, T, Ki, Mi, Gi or Ti suffix, or set %s" .limitValue $limit .heapValue) -}}
 {{- end -}}
 {{- $heap := floor (divf (mulf (float64 $number) (get $perMiB $unit) 3.0) 8.0) | int -}}
 {{- if lt $heap 64 -}}
-{{- fail (printf "resources.limits.memory %q leaves the webhook %d MiB of heap (3/8 of it); give it at least 192Mi, or set webhook.heapMiB" $limit $heap) -}}
+{{- fail (printf "%s %q leaves %s %d MiB of heap (3/8 of it); give it at least 192Mi, or set %s" .limitValue $limit .who $heap .heapValue) -}}
 {{- end -}}
 {{- $heap -}}
 {{- end -}}
