@@ -3,7 +3,9 @@
  * Go client negotiates h2 on a loopback URL, http/1.1 through a Service) on
  * one port; the limits that bound what one client can make it hold; the books
  * of connections and requests in flight, which the lifecycle reads; and the
- * one way an answer is sent.
+ * one way an answer is sent. Each request goes to the handler given to
+ * listen() (./routes.ts), which resolves to an answer (./answers.ts); the
+ * transport writes it to the request's own response.
  *
  * Limits (docs/webhook.md, "Hardening"):
  * - TLS 1.2 with ECDHE key exchange and AEAD ciphers only, or TLS 1.3; the
@@ -22,7 +24,7 @@ import { constants, createSecureServer, type Http2SecureServer, type Http2Server
 import { STATUS_CODES, type ServerResponse } from 'node:http';
 import type { AddressInfo, Socket } from 'node:net';
 import type { TLSSocket } from 'node:tls';
-import { jsonError } from './answers.js';
+import { errorAnswer, refusal, type Answer } from './answers.js';
 import type { Request } from './body.js';
 import type { WebhookMetrics } from './metrics.js';
 import type { KeyPair, Log } from './reload.js';
@@ -65,9 +67,13 @@ export interface TransportSettings {
   tls: TlsSettings;
 }
 
+/** What answers the requests: the routes. */
+export interface Handler {
+  /** The answer to one request; a rejection is an internal error (500). `sendContinue`: the client waits for `100 Continue` before its body. */
+  handle(req: Request, sendContinue?: () => void): Promise<Answer>;
+}
+
 export interface TransportHooks {
-  /** Answers one request; a rejection is an internal error (500). `expectsContinue`: the client waits for `100 Continue` before its body. */
-  handle(req: Request, res: Response, expectsContinue: boolean): Promise<void>;
   /** The `route` label of a request's metrics. */
   route(req: Request): string;
   metrics: WebhookMetrics;
@@ -121,6 +127,8 @@ export class Transport {
   private readonly h2 = new Map<ServerHttp2Session, Session>();
   private allDone: (() => void) | undefined;
   private readonly sweep: NodeJS.Timeout;
+  /** Set by listen(), before the first request can arrive. */
+  private handler: Handler | undefined;
 
   constructor(
     private readonly settings: TransportSettings,
@@ -158,11 +166,11 @@ export class Transport {
         return;
       }
       const status = error.code === 'ERR_HTTP_REQUEST_TIMEOUT' ? 408 : error.code === 'HPE_HEADER_OVERFLOW' ? 431 : 400;
-      const message = status === 408 ? `the request did not arrive within ${settings.headersTimeoutMs} ms` : status === 431 ? 'the request headers are too large' : `not an HTTP request (${error.code ?? 'unparsable'})`;
+      const answer = refusal(status, status === 408 ? `the request did not arrive within ${settings.headersTimeoutMs} ms` : status === 431 ? 'the request headers are too large' : `not an HTTP request (${error.code ?? 'unparsable'})`);
       hooks.metrics.requests.inc({ route: 'other', code: String(status) });
-      hooks.log({ level: 'warn', msg: 'request refused', status, error: message });
-      const body = jsonError(status, message);
-      socket.end(`HTTP/1.1 ${status} ${STATUS_CODES[status]}\r\ncontent-type: application/json\r\ncontent-length: ${Buffer.byteLength(body)}\r\nconnection: close\r\n\r\n${body}`);
+      hooks.log({ level: 'warn', msg: 'request refused', status, error: answer.refused });
+      // Node has no response object for a request it could not parse: the same answer, written as HTTP/1.1 text.
+      socket.end(`HTTP/1.1 ${status} ${STATUS_CODES[status]}\r\ncontent-type: ${answer.type}\r\ncontent-length: ${Buffer.byteLength(answer.body)}\r\nconnection: close\r\n\r\n${answer.body}`);
     });
     this.server.on('tlsClientError', () => {
       // A client that cannot finish a handshake is the client's problem; nothing to log per connection.
@@ -256,17 +264,14 @@ export class Transport {
     };
     res.on('finish', done);
     res.on('close', done);
-    this.hooks.handle(req, res, expectsContinue).catch((error: unknown) => {
-      log({ level: 'error', msg: 'internal error', error: error instanceof Error ? (error.stack ?? error.message) : String(error) });
-      if (!res.headersSent) this.send(req, res, 500, 'application/json', jsonError(500, 'internal error (logged)'));
-      else if (!res.writableEnded) res.end();
-    });
-  }
-
-  /** A refused request: one JSON answer, one log line (the method and route, never more of the request). */
-  refuse(req: Request, res: Response, status: number, message: string, extra: Record<string, string> = {}): void {
-    this.hooks.log({ level: 'warn', msg: 'request refused', status, method: (req.method ?? '').slice(0, 16), path: this.hooks.route(req), error: message });
-    this.send(req, res, status, 'application/json', jsonError(status, message), extra);
+    this.handler!.handle(req, expectsContinue ? () => res.writeContinue() : undefined).then(
+      (answer) => this.send(req, res, answer),
+      (error: unknown) => {
+        log({ level: 'error', msg: 'internal error', error: error instanceof Error ? (error.stack ?? error.message) : String(error) });
+        if (!res.headersSent) this.send(req, res, errorAnswer(500, 'internal error (logged)'));
+        else if (!res.writableEnded) res.end();
+      },
+    );
   }
 
   /** Whether the client presented a certificate of the client CA (with the common name asked); true when none is asked. */
@@ -279,10 +284,16 @@ export class Transport {
     return clientCommonName === undefined || socket.getPeerCertificate().subject?.CN === clientCommonName;
   }
 
-  /** Sends one answer, unless the client has gone (the API server gave up at its timeout): nothing to answer then. */
-  send(req: Request, res: Response, status: number, type: string, body: string, extra: Record<string, string> = {}): void {
+  /**
+   * Sends one answer, unless the client has gone (the API server gave up at
+   * its timeout): nothing to answer then. A refusal is logged once here (the
+   * method and route, never more of the request).
+   */
+  private send(req: Request, res: Response, answer: Answer): void {
+    const { status, body } = answer;
     this.hooks.metrics.requests.inc({ route: this.hooks.route(req), code: String(status) });
-    const headers: Record<string, string | number> = { 'content-type': type, 'content-length': Buffer.byteLength(body), ...extra };
+    if (answer.refused !== undefined) this.hooks.log({ level: 'warn', msg: 'request refused', status, method: (req.method ?? '').slice(0, 16), path: this.hooks.route(req), error: answer.refused });
+    const headers: Record<string, string | number> = { 'content-type': answer.type, 'content-length': Buffer.byteLength(body), ...answer.headers };
     // HTTP/1.1: a body not read to its end (refused before or while it came) is not read after the answer either: the connection closes.
     const unread = !req.complete;
     if (req.httpVersionMajor === 1) {
@@ -303,8 +314,10 @@ export class Transport {
     }
   }
 
-  async listen(): Promise<number> {
+  /** Starts serving: every request goes to `handler`, its answer back to the client. */
+  async listen(handler: Handler): Promise<number> {
     const { server, settings } = this;
+    this.handler = handler;
     await new Promise<void>((resolve, reject) => {
       server.once('error', reject);
       const onListening = (): void => {
