@@ -6,6 +6,7 @@
  */
 import { fileURLToPath } from 'node:url';
 import { isMainThread, parentPort, workerData } from 'node:worker_threads';
+import { resolveOptions } from '../config/load.js';
 import { CONFIG_FLAG } from '../config/sources.js';
 import { optionHelp, parseCommandLine, refuseRenderOnlyEnv, type FlagRow } from '../config/flags.js';
 import { quoteBounded } from '../config/suggest.js';
@@ -156,6 +157,9 @@ export function processSettings(argv: readonly string[], io: WebhookIO): { serve
     return undefined;
   }
   refuseRenderOnlyEnv(io.env, 'webhook');
+  // The wrap's flags and VRAM_PREFLIGHT_* variables, checked on their own (the config file aside): a bad value there is a
+  // usage error, as at every other door. Only the file is re-read; left to it, a bad flag would keep the webhook unready for ever.
+  resolveOptions({ configPath: '', flags: args.flags }, { env: io.env, readFile: () => '' });
   const w = (flag: string): string | undefined => args.webhook.get(flag);
   const certFile = w('--tls-cert-file');
   const keyFile = w('--tls-key-file');

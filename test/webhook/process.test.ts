@@ -74,6 +74,26 @@ describe('vram-preflight webhook (the process)', () => {
     }
   });
 
+  it('a bad value of a wrap option, as a flag or a VRAM_PREFLIGHT_* variable: exit 2 at start with the message the post-renderer gives (no change of the config file can fix it)', () => {
+    const cases: { args: string[]; env?: Record<string, string> }[] = [
+      { args: ['--timeout-seconds=0'] },
+      { args: ['--default-utilization', '2'] },
+      { args: ['--on-nvidia-smi-unavailable=maybe'] },
+      { args: [], env: { VRAM_PREFLIGHT_TIMEOUT_SECONDS: '0' } },
+      { args: [], env: { VRAM_PREFLIGHT_TIMOUT_SECONDS: '30' } },
+    ];
+    for (const { args, env: extra } of cases) {
+      const what = `${args.join(' ')} ${JSON.stringify(extra ?? {})}`;
+      const webhook = spawnSync(process.execPath, [bundle, 'webhook', '--tls-cert-file', leaf.cert, '--tls-key-file', leaf.key, '--port', '0', '--address', '127.0.0.1', ...args], { encoding: 'utf8', env: { ...env, ...extra }, timeout: 10_000 });
+      const render = spawnSync(process.execPath, [bundle, ...args], { encoding: 'utf8', env: { ...env, ...extra }, input: '', timeout: 10_000 });
+      expect(render.status, what).toBe(2);
+      expect(webhook.status, `${what}: ${webhook.stdout}${webhook.stderr}`).toBe(2);
+      expect(webhook.stdout, what).toBe('');
+      expect(webhook.stderr, what).toBe(render.stderr);
+      expect(webhook.stderr, what).toMatch(/^vram-preflight: error (BAD_OPTION|USAGE): [^\n]+\n/);
+    }
+  });
+
   it('--metrics-port serves /metrics over plain HTTP (nothing else); the certificate expiry is a metric, and a warning in the log when it is near', async () => {
     const { child, stderr, exit } = await startChild(['--metrics-port', '0', '--cert-expiry-warning-days', '5']);
     try {
