@@ -227,7 +227,7 @@ export async function runWebhook(argv: readonly string[], io: WebhookIO = { stdo
   try {
     webhook = await startWebhook(settings);
     if (own.metricsPort !== undefined) {
-      metricsPort = await startMetricsPort(own.metricsPort, settings.address, webhook.metrics);
+      metricsPort = await startMetricsPort({ port: own.metricsPort, address: settings.address, headersTimeoutMs: settings.headersTimeoutMs, requestTimeoutMs: settings.requestTimeoutMs, idleTimeoutMs: settings.idleTimeoutMs }, webhook.metrics);
       settings.log({ level: 'info', msg: 'metrics listening', port: metricsPort.port, address: settings.address || '*', scheme: 'http' });
     }
   } catch (error) {

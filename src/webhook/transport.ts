@@ -13,9 +13,9 @@
  * - request headers have a deadline on both protocols: Node's own for
  *   HTTP/1.1; for HTTP/2, a session whose bytes keep coming while no stream
  *   starts or ends (a header block sent a byte at a time) is closed;
- * - at most `maxConnections` connections: at the cap, the connection idle the
- *   longest is closed to make room (the API server reuses its most recent
- *   ones), and a new one is refused only when none is idle;
+ * - at most `maxConnections` connections (./connections.ts): at the cap, the
+ *   connection idle the longest is closed to make room (the API server reuses
+ *   its most recent ones), and a new one is refused only when none is idle;
  * - at most `maxStreams` concurrent streams per HTTP/2 connection (a client
  *   that wants more waits, as Go's client does, or opens a connection);
  * - idle connections are closed after `idleTimeoutMs`.
@@ -26,6 +26,7 @@ import type { AddressInfo, Socket } from 'node:net';
 import type { TLSSocket } from 'node:tls';
 import { errorAnswer, refusal, type Answer } from './answers.js';
 import type { Request } from './body.js';
+import { ConnectionCap, type Connection } from './connections.js';
 import type { WebhookMetrics } from './metrics.js';
 import type { KeyPair, Log } from './reload.js';
 
@@ -80,13 +81,6 @@ export interface TransportHooks {
   log: Log;
 }
 
-/** One connection's books: requests (HTTP/1.1) or streams (HTTP/2) open on it, and since when it is idle. */
-interface Connection {
-  busy: number;
-  idleSince: number;
-  close(): void;
-}
-
 interface Session extends Connection {
   session: ServerHttp2Session;
   socket: TLSSocket;
@@ -122,7 +116,7 @@ export class Transport {
    * out of its endpoints.
    */
   retiring = false;
-  private readonly sockets = new Set<Socket>();
+  private readonly cap: ConnectionCap;
   private readonly h1 = new Map<TLSSocket, Connection>();
   private readonly h2 = new Map<ServerHttp2Session, Session>();
   private allDone: (() => void) | undefined;
@@ -149,7 +143,8 @@ export class Transport {
     h1.connectionsCheckingInterval = 1000;
     this.server.setTimeout(settings.idleTimeoutMs);
 
-    this.server.on('connection', (socket: Socket) => this.admitConnection(socket));
+    this.cap = new ConnectionCap(settings.maxConnections, () => [...this.h1.values(), ...this.h2.values()], (what) => hooks.metrics.limits.inc({ limit: `connections-${what}` }));
+    this.server.on('connection', (socket: Socket) => this.cap.admit(socket));
     this.server.on('secureConnection', (socket: TLSSocket) => {
       if (socket.alpnProtocol === 'h2') return; // its session keeps the books
       const connection: Connection = { busy: 0, idleSince: Date.now(), close: () => socket.destroy() };
@@ -179,23 +174,6 @@ export class Transport {
     // Without this listener Node answers `100 Continue` by itself, before the body's size or turn is checked.
     this.server.on('checkContinue', (req: Request, res: Response) => this.request(req, res, true));
     this.sweep = setInterval(() => this.sweepSessions(), SWEEP_MS).unref();
-  }
-
-  /** The connection cap: at it, the connection idle the longest makes room; with none idle, the new one is refused. */
-  private admitConnection(socket: Socket): void {
-    if (this.sockets.size >= this.settings.maxConnections) {
-      let oldest: Connection | undefined;
-      for (const c of [...this.h1.values(), ...this.h2.values()]) if (c.busy === 0 && (!oldest || c.idleSince < oldest.idleSince)) oldest = c;
-      if (!oldest) {
-        socket.destroy();
-        this.hooks.metrics.limits.inc({ limit: 'connections-refused' });
-        return;
-      }
-      oldest.close();
-      this.hooks.metrics.limits.inc({ limit: 'connections-idle-closed' });
-    }
-    this.sockets.add(socket);
-    socket.on('close', () => this.sockets.delete(socket));
   }
 
   private track(session: ServerHttp2Session): void {
@@ -350,7 +328,7 @@ export class Transport {
 
   /** Connections open now (tests, the lifecycle's log). */
   get connections(): number {
-    return this.sockets.size;
+    return this.cap.size;
   }
 
   /** Resolves when no request is in flight, or after `timeoutMs`. */
@@ -368,6 +346,6 @@ export class Transport {
   /** Closes every connection at once. */
   destroy(): void {
     clearInterval(this.sweep);
-    for (const socket of this.sockets) socket.destroy();
+    this.cap.destroyAll();
   }
 }

@@ -7,6 +7,7 @@
  */
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
 import https from 'node:https';
+import net from 'node:net';
 import { X509Certificate } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import path from 'node:path';
@@ -122,6 +123,55 @@ describe('vram-preflight webhook (the process)', () => {
     expect(plain.status).toBe(2);
     expect(plain.stderr).toContain('--metrics-port is --port (8443)');
   });
+
+  it('the metrics port is bounded as the HTTPS port is: 1,000 silent connections, at most 64 open at once (the longest idle closed to make room), each closed by the headers deadline; a scrape is answered meanwhile', async () => {
+    const { child, stderr, exit } = await startChild(['--metrics-port', '0', '--shutdown-delay-ms', '0']);
+    const sockets: net.Socket[] = [];
+    try {
+      const port = (stderr().trim().split('\n').map((l) => JSON.parse(l) as Record<string, unknown>).find((l) => l.msg === 'metrics listening')!.port as number);
+      let open = 0;
+      const t0 = performance.now();
+      for (let i = 0; i < 1000; i += 100) {
+        await Promise.all(
+          Array.from({ length: 100 }, () =>
+            new Promise<void>((resolve) => {
+              const socket = net.connect(port, '127.0.0.1', () => {
+                open++;
+                resolve();
+              });
+              socket.on('error', () => resolve());
+              socket.on('close', () => open--);
+              // Read what comes (the deadline's 408), so that the server's close is seen.
+              socket.resume();
+              sockets.push(socket);
+            }),
+          ),
+        );
+      }
+      // Until the count holds for 300 ms: the server's closes take a moment to arrive.
+      for (let last = -1; open !== last; ) {
+        last = open;
+        await new Promise((resolve) => setTimeout(resolve, 300));
+      }
+      const heldAtOnce = open;
+      const scrape = await fetch(`http://127.0.0.1:${port}/metrics`);
+      const text = await scrape.text();
+      const closedAtCap = Number(/^vram_preflight_webhook_limit_hits_total\{limit="metrics-connections-idle-closed"\} (\d+)$/m.exec(text)?.[1]);
+      while (open > 0 && performance.now() - t0 < 10_000) await new Promise((resolve) => setTimeout(resolve, 100));
+      const allClosedMs = performance.now() - t0;
+      console.log(`[metrics port] 1,000 silent connections: ${heldAtOnce} open at once, ${closedAtCap} closed at the cap; scrape ${scrape.status}; all closed after ${allClosedMs.toFixed(0)} ms`);
+      expect(heldAtOnce).toBeLessThanOrEqual(64);
+      expect(closedAtCap).toBeGreaterThanOrEqual(1000 - 64);
+      expect(scrape.status).toBe(200);
+      // The headers deadline (3 s), checked every second; the rest is a busy machine's room.
+      expect(open).toBe(0);
+      expect(allClosedMs).toBeLessThan(8000);
+    } finally {
+      for (const socket of sockets) socket.destroy();
+      child.kill('SIGTERM');
+    }
+    expect(await exit).toBe(0);
+  }, 30_000);
 
   it('a certificate that cannot be read: exit 1, the reason logged', () => {
     const run = runSync(['webhook', '--tls-cert-file', path.join(dir, 'none.crt'), '--tls-key-file', leaf.key]);
