@@ -46,8 +46,9 @@ let otherKeyring: string;
 let out1: string;
 let out2: string;
 let releaseStdout: string;
-/** The images scripts/build-image.sh built here, once, for every release run of this file (--images-from). */
+/** The images scripts/build-image.sh built here for the release runs of this file (--images-from); built twice, one build per release. */
 let imagesDir: string;
+let imagesAgainDir: string;
 let registry: Registry;
 /** Where the releases publish: the loopback registry and a path in it. */
 let prefix: string;
@@ -63,10 +64,10 @@ function fingerprintOf(uid: string): string {
   return fpr!.split(':')[9]!;
 }
 
-function release(outDir: string, extra: string[] = [], cwd = ROOT): Run {
+function release(outDir: string, extra: string[] = [], cwd = ROOT, images = imagesDir): Run {
   return run(
     process.execPath,
-    [path.join(cwd, 'scripts/release.mjs'), '--key', projectFpr, '--homedir', gnupg, '--passphrase-file', passFile, '--out', outDir, '--images-from', imagesDir, '--registry', prefix, '--helm', HELM[4], ...extra],
+    [path.join(cwd, 'scripts/release.mjs'), '--key', projectFpr, '--homedir', gnupg, '--passphrase-file', passFile, '--out', outDir, '--images-from', images, '--registry', prefix, '--helm', HELM[4], ...extra],
     { cwd, env: { ...process.env, SOURCE_DATE_EPOCH: '' } },
   );
 }
@@ -86,9 +87,17 @@ beforeAll(async () => {
   requireTools();
   // The images, built once (the release's own build of them is scripts/build-image.sh, which test/image covers), and the registry.
   imagesDir = tempDir('images');
-  const buildImage = (target: string, name: string) =>
-    execFileP('bash', [path.join(ROOT, 'scripts/build-image.sh'), target], { cwd: ROOT, env: { ...process.env, IMAGE_OUT: path.join(imagesDir, name) }, timeout: 180_000 });
-  [registry] = await Promise.all([startRegistry(tempDir('registry'), tempDir('registry-storage'), { kind: 'none' }), buildImage('webhook', WEBHOOK_IMAGE), buildImage('argocd-cmp', CMP_IMAGE)]);
+  imagesAgainDir = tempDir('images-again');
+  const buildImage = (target: string, name: string, dir: string) =>
+    execFileP('bash', [path.join(ROOT, 'scripts/build-image.sh'), target], { cwd: ROOT, env: { ...process.env, IMAGE_OUT: path.join(dir, name) }, timeout: 180_000 });
+  [registry] = await Promise.all([
+    startRegistry(tempDir('registry'), tempDir('registry-storage'), { kind: 'none' }),
+    buildImage('webhook', WEBHOOK_IMAGE, imagesDir),
+    buildImage('argocd-cmp', CMP_IMAGE, imagesDir),
+    // A second build of both images, for the second release: two releases of one commit are two builds.
+    buildImage('webhook', WEBHOOK_IMAGE, imagesAgainDir),
+    buildImage('argocd-cmp', CMP_IMAGE, imagesAgainDir),
+  ]);
   prefix = `${registry.host}/vram-preflight`;
   gnupg = tempDir('gnupg');
   chmodSync(gnupg, 0o700);
@@ -109,7 +118,7 @@ beforeAll(async () => {
   const r = release(out1, ['--allow-dirty', '--push', '--plain-http']);
   expect(r.status, r.stderr).toBe(0);
   releaseStdout = r.stdout;
-  const again = release(out2, ['--allow-dirty']);
+  const again = release(out2, ['--allow-dirty'], ROOT, imagesAgainDir);
   expect(again.status, again.stderr).toBe(0);
   projectKeyring = path.join(out1, KEY_FILE);
 }, 300_000);
@@ -136,7 +145,7 @@ describe('npm run release', () => {
     expect(gpg(['--with-colons', '--show-keys', projectKeyring])).toContain(`fpr:::::::::${projectFpr}:`);
   });
 
-  it('same commit, same bytes: a second run gives identical files, the signed .prov included', () => {
+  it('same commit, same bytes: a second run, with its own build of the images, gives identical files (the signed .prov, the image archives and SHA256SUMS included)', () => {
     for (const name of readdirSync(out1)) {
       expect(readFileSync(path.join(out2, name)).equals(readFileSync(path.join(out1, name))), name).toBe(true);
     }
