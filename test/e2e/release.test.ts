@@ -434,11 +434,17 @@ describe('the webhook chart and images, from the OCI registry', () => {
     expect(readFileSync(path.join(out1, IMAGES_TXT), 'utf8')).toBe(
       `${prefix}/vram-preflight-webhook:${V}@${digestOf(WEBHOOK_IMAGE)}\n${prefix}/vram-preflight-cmp:${V}@${digestOf(CMP_IMAGE)}\n`,
     );
-    // Everything else of the chart is deploy/webhook as committed (less what .helmignore leaves out).
+    // Everything else of the chart is deploy/webhook as committed (less what .helmignore leaves out), but where it names the registry.
     const chart = tarEntries(path.join(out1, CHART_TGZ)).filter((e) => e.type === '0');
-    // (helm package writes Chart.yaml anew from what it read: the same values.)
-    expect(parseYaml(chart.find((e) => e.name === 'vram-preflight-webhook/Chart.yaml')!.data.toString('utf8'))).toEqual(parseYaml(readFileSync(path.join(ROOT, 'deploy/webhook/Chart.yaml'), 'utf8')));
-    for (const e of chart.filter((f) => !f.name.endsWith('/values.yaml') && !f.name.endsWith('/Chart.yaml'))) {
+    // (helm package writes Chart.yaml anew from what it read: the same values, and the registry the release publishes to.)
+    const committed = parseYaml(readFileSync(path.join(ROOT, 'deploy/webhook/Chart.yaml'), 'utf8')) as { annotations: Record<string, string> };
+    expect(parseYaml(chart.find((e) => e.name === 'vram-preflight-webhook/Chart.yaml')!.data.toString('utf8'))).toEqual({ ...committed, annotations: { ...committed.annotations, 'vram-preflight.io/chart': chartRef() } });
+    // The README names that registry, at the chart's version, and its values table the pinned image.
+    const readme = chart.find((e) => e.name === 'vram-preflight-webhook/README.md')!.data.toString('utf8');
+    expect(readme).toContain(`helm install vram-preflight ${chartRef()} --version ${V} \\\n  --verify --keyring ${KEY_FILE}`);
+    expect(readme).toContain(`| \`image.digest\` | string | \`"${digestOf(WEBHOOK_IMAGE)}"\` |`);
+    expect(readme).not.toContain('ghcr.io');
+    for (const e of chart.filter((f) => !/\/(values\.yaml|Chart\.yaml|README\.md)$/.test(f.name))) {
       expect(e.data.equals(readFileSync(path.join(ROOT, 'deploy/webhook', e.name.replace(/^vram-preflight-webhook\//, '')))), e.name).toBe(true);
     }
     expect(chart.map((e) => e.name)).not.toContain('vram-preflight-webhook/Containerfile');
@@ -470,6 +476,13 @@ describe('the webhook chart and images, from the OCI registry', () => {
     expect(installed).toContain('installed as vram-preflight-webhook in the namespace vram-preflight');
     const templated = helmOk(3, ['template', 'vram-preflight', chartRef(), '--version', V, '--plain-http', '--verify', '--keyring', projectKeyring], helmEnv());
     expect(templated).toContain(`image: "${image}"`);
+    // The README's install line, on both helms; the notes name the registry the release was made for.
+    for (const major of [3, 4] as const) {
+      const notes = helmOk(major, ['install', 'vram-preflight', chartRef(), '--version', V, '--verify', '--keyring', projectKeyring, '--namespace', 'vram-preflight', '--create-namespace', '--plain-http', '--dry-run=client'], helmEnv());
+      expect(notes, `helm ${major}`).toContain(`(chart ${chartRef()} --version ${V})`);
+      expect(notes, `helm ${major}`).toContain(`helm upgrade vram-preflight ${chartRef()} --version ${V}`);
+      expect(notes, `helm ${major}`).not.toContain('ghcr.io');
+    }
     expect(helmOk(3, ['show', 'readme', chartRef(), '--version', V, '--plain-http'], helmEnv())).toMatch(/^# vram-preflight-webhook\n/);
   });
 
