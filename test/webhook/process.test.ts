@@ -9,7 +9,7 @@ import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
 import https from 'node:https';
 import net from 'node:net';
 import { X509Certificate } from 'node:crypto';
-import { readFileSync } from 'node:fs';
+import { mkdirSync, readFileSync, symlinkSync } from 'node:fs';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import * as r from '../registry/harness.js';
@@ -172,6 +172,41 @@ describe('vram-preflight webhook (the process)', () => {
     }
     expect(await exit).toBe(0);
   }, 30_000);
+
+  it('the curl recipe of docs/webhook.md ("Try it without a cluster"), run as written: its output is what the text says, the log has only the lines it names, and `kill %1` ends the webhook at once', async () => {
+    const docs = readFileSync(path.join(ROOT, 'docs/webhook.md'), 'utf8');
+    const recipe = /The webhook itself on loopback[\s\S]*?```sh\n([\s\S]*?)```/.exec(docs)![1]!;
+    expect(recipe).toContain('kill %1');
+    const work = path.join(dir, 'recipe');
+    const bin = path.join(work, 'bin');
+    mkdirSync(path.join(work, 'docs'), { recursive: true });
+    mkdirSync(bin);
+    symlinkSync(path.join(ROOT, 'docs/examples'), path.join(work, 'docs/examples'));
+    symlinkSync(bundle, path.join(bin, 'vram-preflight'));
+    // A free port instead of 8443, which another test may hold; then how long the webhook takes to exit after `kill %1`.
+    const port = await new Promise<number>((resolve) => {
+      const probe = net.createServer().listen(0, '127.0.0.1', () => {
+        const { port: free } = probe.address() as net.AddressInfo;
+        probe.close(() => resolve(free));
+      });
+    });
+    const script = `set -e\n${recipe.replaceAll('8443', String(port))}t0=$(date +%s%N); wait; echo "exited after $(( ($(date +%s%N) - t0) / 1000000 )) ms"\n`;
+    const run = spawnSync('bash', ['-c', script], { cwd: work, encoding: 'utf8', env: { PATH: `${bin}:${process.env.PATH}`, HOME: dir }, timeout: 60_000 });
+    expect(run.stderr).toBe('');
+    expect(run.status).toBe(0);
+    // What the text says the commands print.
+    expect(JSON.parse(/^\{[\s\S]*?^\}$/m.exec(run.stdout)![0])).toMatchObject({ allowed: true, patchType: 'JSONPatch' });
+    expect(run.stdout).toContain('"/spec/containers/0/command"\n"/spec/containers/0/args"\n"/metadata/annotations"\n');
+    expect(run.stdout).toMatch(/admissions_total\{outcome="wrapped",dry_run="false"\} 1\n/);
+    const exitMs = Number(/exited after (\d+) ms/.exec(run.stdout)![1]);
+    expect(exitMs).toBeLessThan(2000);
+    // The log: the start's lines the text names, one line for the admission, the shutdown; nothing else.
+    const log = readFileSync(path.join(work, 'webhook.log'), 'utf8').trim().split('\n').map((l) => JSON.parse(l) as Record<string, unknown>);
+    expect(log.map((l) => l.msg)).toEqual(['config loaded', 'listening', expect.stringMatching(/^certificate expires in less than a day \(2[0-3] h\)$/), 'admission', 'SIGTERM: shutting down', 'shutting down', 'draining', 'drained']);
+    expect(log[2]).toMatchObject({ level: 'warn', fix: expect.stringMatching(/^renew it: a self-signed certificate \(made by hand/) });
+    expect(log[3]).toMatchObject({ outcome: 'wrapped' });
+    expect(log.every((l) => l.level !== 'error')).toBe(true);
+  }, 90_000);
 
   it('a certificate that cannot be read: exit 1, the reason logged', () => {
     const run = runSync(['webhook', '--tls-cert-file', path.join(dir, 'none.crt'), '--tls-key-file', leaf.key]);
