@@ -106,6 +106,8 @@ if (job.mode === 'h2-bodies') {
           });
           socket.on('error', () => resolve());
           socket.on('close', () => open--);
+          // Flowing, so that a close by the server is seen (a paused socket never emits 'end', and so never 'close').
+          socket.resume();
           sockets.push(socket);
         }),
       ),

@@ -136,9 +136,12 @@ describe('bounded memory (rows 1-3)', () => {
     const run = await underAttack(child, { mode: 'idle', count: 3000 }, 500);
     const peak = child.peak();
     const closed = await metric(child, 'vram_preflight_webhook_limit_hits_total{limit="connections-idle-closed"}');
-    c.figure(3, `3,000 idle connections tried: ${run.attacker.open} still open; ${closed} closed at the cap; RSS ${before.toFixed(0)} -> peak ${peak.toFixed(0)} MiB; legitimate admission max ${max(run.legitMs).toFixed(0)} ms`);
+    // A connection that sends no request is also closed at the headers deadline (3 s, with a 408): where the flood takes longer
+    // than that to open (a busy machine), the deadline closes the oldest before the cap has to.
+    const timedOut = await metric(child, 'vram_preflight_webhook_http_requests_total{route="other",code="408"}');
+    c.figure(3, `3,000 idle connections tried: ${run.attacker.open} still open; ${closed} closed at the cap, ${timedOut} at the headers deadline; RSS ${before.toFixed(0)} -> peak ${peak.toFixed(0)} MiB; legitimate admission max ${max(run.legitMs).toFixed(0)} ms`);
     expect(run.attacker.open).toBeLessThanOrEqual(512);
-    expect(closed).toBeGreaterThanOrEqual(3000 - 512 - 20);
+    expect(closed + timedOut).toBeGreaterThanOrEqual(3000 - 512 - 20);
     expect(peak - before).toBeLessThan(80);
     expect(run.legitStatuses.every((s) => s === 200)).toBe(true);
   }, 120_000);
