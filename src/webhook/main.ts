@@ -6,6 +6,7 @@
  */
 import { fileURLToPath } from 'node:url';
 import { isMainThread, parentPort, workerData } from 'node:worker_threads';
+import { resolveOptions } from '../config/load.js';
 import { CONFIG_FLAG } from '../config/sources.js';
 import { optionHelp, parseCommandLine, refuseRenderOnlyEnv, type FlagRow } from '../config/flags.js';
 import { quoteBounded } from '../config/suggest.js';
@@ -157,6 +158,9 @@ export function processSettings(argv: readonly string[], io: WebhookIO): { serve
     return undefined;
   }
   refuseRenderOnlyEnv(io.env, 'webhook');
+  // The wrap's flags and VRAM_PREFLIGHT_* variables, checked on their own (the config file aside): a bad value there is a
+  // usage error, as at every other door. Only the file is re-read; left to it, a bad flag would keep the webhook unready for ever.
+  resolveOptions({ configPath: '', flags: args.flags }, { env: io.env, readFile: () => '' });
   const w = (flag: string): string | undefined => args.webhook.get(flag);
   const certFile = w('--tls-cert-file');
   const keyFile = w('--tls-key-file');
@@ -225,7 +229,7 @@ export async function runWebhook(argv: readonly string[], io: WebhookIO = { stdo
   try {
     webhook = await startWebhook(settings);
     if (own.metricsPort !== undefined) {
-      metricsPort = await startMetricsPort(own.metricsPort, settings.address, webhook.metrics);
+      metricsPort = await startMetricsPort({ port: own.metricsPort, address: settings.address, headersTimeoutMs: settings.headersTimeoutMs, requestTimeoutMs: settings.requestTimeoutMs, idleTimeoutMs: settings.idleTimeoutMs }, webhook.metrics);
       settings.log({ level: 'info', msg: 'metrics listening', port: metricsPort.port, address: settings.address || '*', scheme: 'http' });
     }
   } catch (error) {

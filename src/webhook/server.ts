@@ -178,8 +178,7 @@ export async function startWebhook(settings: WebhookSettings): Promise<Webhook> 
     limitHit: (limit) => metrics.limits.inc({ limit }),
   });
 
-  // The routes answer through the transport, which calls them: they are made once both exist (before the first request).
-  const transport: Transport = new Transport({ ...settings, tls: tlsSettings(settings) }, certificate.pair, { handle: (req, res, expectsContinue) => routes.handle(req, res, expectsContinue), route: routeOf, metrics, log });
+  const transport = new Transport({ ...settings, tls: tlsSettings(settings) }, certificate.pair, { route: routeOf, metrics, log });
 
   const watches: FileWatch[] = [certificate.watch(settings.reloadPollMs, (pair) => transport.setCertificate(pair))];
   const configWatch = config.watch(settings.reloadPollMs);
@@ -192,9 +191,9 @@ export async function startWebhook(settings: WebhookSettings): Promise<Webhook> 
       worker?.close();
     },
   });
-  const routes: Routes = new Routes({ transport, lifecycle, config, budget, worker, deps, requestTimeoutMs: settings.requestTimeoutMs, metrics, log });
+  const routes = new Routes({ lifecycle, config, clientAllowed: (req) => transport.clientAllowed(req), budget, worker, deps, requestTimeoutMs: settings.requestTimeoutMs, metrics, log });
 
-  const port = await transport.listen();
+  const port = await transport.listen(routes);
   log({
     level: 'info',
     msg: 'listening',

@@ -306,6 +306,9 @@ describe.each(Object.keys(HELMS) as Helm[])('helm %s', (which) => {
       expect(container.volumeMounts.every((m: { subPath?: string }) => m.subPath === undefined)).toBe(true);
       const volumes = Object.fromEntries(pod.volumes.map((v: { name: string }) => [v.name, v]));
       expect(volumes.tls.secret.secretName).toBe(`${FULLNAME}-tls`);
+      // The private key: readable by its owner (root) and the pod's group, the webhook's (fsGroup), nobody else.
+      expect(volumes.tls.secret.defaultMode).toBe(0o440);
+      expect(pod.securityContext).toMatchObject({ runAsGroup: 65532, fsGroup: 65532 });
       expect(volumes.config.configMap.name).toBe(`${FULLNAME}-config`);
       expect(pod.topologySpreadConstraints.map((t: { topologyKey: string }) => t.topologyKey)).toEqual(['kubernetes.io/hostname', 'topology.kubernetes.io/zone']);
       const pdb = only(all, 'PodDisruptionBudget');
@@ -532,6 +535,51 @@ describe.each(Object.keys(HELMS) as Helm[])('helm %s: a closed values schema', (
   });
 });
 
+describe.each(Object.keys(HELMS) as Helm[])('helm %s: values that pass the schema but are wrong together are refused, naming them', (which) => {
+  const render = (values: string[]) => helm(which, ['template', RELEASE, CHART, '--namespace', NAMESPACE, ...values.flatMap((v) => ['--set', v])]);
+  it.each([
+    [['webhook.port=443'], 'webhook.port 443: the webhook runs as user 65532 with every capability dropped, and cannot listen on a port below 1024'],
+    [['webhook.port=1023'], 'webhook.port 1023:'],
+    [['metrics.port=80'], 'metrics.port 80: the webhook runs as user 65532'],
+    [['metrics.serviceMonitor.enabled=true', 'metrics.serviceMonitor.scrapeTimeout=31s'], 'metrics.serviceMonitor.scrapeTimeout 31s is longer than metrics.serviceMonitor.interval 30s'],
+    [['metrics.serviceMonitor.enabled=true', 'metrics.serviceMonitor.interval=1m', 'metrics.serviceMonitor.scrapeTimeout=1m500ms'], 'scrapeTimeout 1m500ms is longer than metrics.serviceMonitor.interval 1m'],
+    [['certificates.generated.renewBeforeDays=3650'], 'certificates.generated.renewBeforeDays 3650 is not below certificates.generated.validityDays 3650'],
+    [['certificates.generated.validityDays=20'], 'renewBeforeDays 30 is not below certificates.generated.validityDays 20'],
+    [['certificates.certManager.enabled=true', 'certificates.certManager.renewBefore=8760h'], 'certificates.certManager.renewBefore 8760h is not shorter than certificates.certManager.duration 8760h'],
+    [['certificates.certManager.enabled=true', 'certificates.certManager.duration=24h', 'certificates.certManager.renewBefore=1440m'], 'renewBefore 1440m is not shorter than certificates.certManager.duration 24h'],
+  ])('refuses %j', (values, says) => {
+    const r = render(values);
+    expect(r.status).not.toBe(0);
+    expect(r.stdout).toBe('');
+    expect(r.stderr).toContain(says);
+  });
+
+  it.each([
+    [['webhook.port=1024']],
+    [['metrics.port=1024']],
+    [['metrics.serviceMonitor.enabled=true', 'metrics.serviceMonitor.scrapeTimeout=30s']],
+    [['metrics.serviceMonitor.enabled=true', 'metrics.serviceMonitor.interval=1h', 'metrics.serviceMonitor.scrapeTimeout=59m59s']],
+    // Only what is used is checked: a ServiceMonitor's timings without one, the generated certificate's with cert-manager.
+    [['metrics.serviceMonitor.scrapeTimeout=1h']],
+    [['certificates.certManager.enabled=true', 'certificates.generated.renewBeforeDays=3650']],
+    [['certificates.generated.renewBeforeDays=3649']],
+    [['certificates.certManager.enabled=true', 'certificates.certManager.duration=24h', 'certificates.certManager.renewBefore=23.5h']],
+  ])('takes %j', (values) => {
+    const r = render(values);
+    expect(r.stderr).toBe('');
+    expect(r.status).toBe(0);
+  });
+
+  it('takes the documented CA rotation, `--set certificates.generated.rotation=$(date +%Y%m%d)` (a number to --set), as --set-string does', () => {
+    for (const how of ['--set', '--set-string']) {
+      const r = helm(which, ['template', RELEASE, CHART, '--namespace', NAMESPACE, how, 'certificates.generated.rotation=20261205']);
+      expect(r.stderr, how).toBe('');
+      expect(r.status, how).toBe(0);
+      expect(only(objects(r.stdout), 'Secret', `${FULLNAME}-ca`).metadata.annotations?.['vram-preflight.io/rotation'], how).toBe('20261205');
+    }
+  });
+});
+
 describe('NOTES.txt (helm v4 install --dry-run=client, which needs no cluster)', () => {
   const notes = (values: string[]) => {
     const r = helm('v4', ['install', 'vram-preflight', CHART, '--namespace', 'vram-preflight', '--dry-run=client', ...values.flatMap((v) => ['--set', v])]);
@@ -552,6 +600,12 @@ describe('NOTES.txt (helm v4 install --dry-run=client, which needs no cluster)',
     expect(text).toContain('audit.cronJob.enabled=true runs it in the cluster');
     expect(text).toContain('Secrets vram-preflight-webhook-tls and vram-preflight-webhook-ca');
     expect(text).toContain('--set certificates.generated.rotation=');
+    // The chart by the registry it is published to (Chart.yaml's annotation, which a release sets) and its version; the docs at its tag.
+    const { annotations, version, appVersion } = parseYaml(readFileSync(path.join(CHART, 'Chart.yaml'), 'utf8')) as { annotations: Record<string, string>; version: string; appVersion: string };
+    expect(text).toContain(`(chart ${annotations['vram-preflight.io/chart']} --version ${version})`);
+    expect(text).toContain(`helm upgrade vram-preflight ${annotations['vram-preflight.io/chart']} --version ${version} -n vram-preflight --reuse-values`);
+    expect(text).toContain(`https://github.com/vram-preflight/vram-preflight/blob/v${appVersion}/docs/install.md`);
+    expect(text).not.toMatch(/blob\/main/);
     // The pod of the check is one the webhook wraps: admit it as the dry run would.
     const overrides = JSON.parse(/--overrides='([^']+)'/.exec(text)![1]!) as { spec: unknown };
     const pod = JSON.stringify({ apiVersion: 'v1', kind: 'Pod', metadata: { name: 'vram-preflight-check', namespace: 'ml' }, ...overrides });
@@ -753,6 +807,17 @@ describe('the chart follows the release', () => {
     const values = parseYaml(readFileSync(path.join(CHART, 'values.yaml'), 'utf8')) as Record<string, unknown>;
     // A value that is an empty mapping in values.yaml (issuerRef: {}) has rows for its keys.
     for (const key of leaves(values, '')) expect(readme, key).toMatch(new RegExp(`\\| \`${key.replace(/\./g, '\\.')}(\`|\\.)`));
+  });
+
+  it('README.md: the install line verifies the chart, at its version and registry; every link to the project is at the chart\'s tag', () => {
+    const readme = readFileSync(path.join(CHART, 'README.md'), 'utf8');
+    const { annotations, version, appVersion } = parseYaml(readFileSync(path.join(CHART, 'Chart.yaml'), 'utf8')) as { annotations: Record<string, string>; version: string; appVersion: string };
+    const install = /```sh\n(helm install [^`]*?)\n(?!\s)/.exec(readme)![1]!.replace(/\\\n\s*/g, '');
+    expect(install).toContain(`helm install vram-preflight ${annotations['vram-preflight.io/chart']} --version ${version}`);
+    expect(install).toContain('--verify --keyring vram-preflight-release-key.gpg');
+    const links = [...readme.matchAll(/https:\/\/github\.com\/vram-preflight\/vram-preflight\/[^\s)]+/g)].map((m) => m[0]);
+    expect(links.length).toBeGreaterThan(0);
+    for (const link of links) expect(link).toMatch(new RegExp(`^https://github\\.com/vram-preflight/vram-preflight/blob/v${appVersion.replace(/\./g, '\\.')}/`));
   });
 
   it('values.schema.json embeds the current configuration schema, and README.md its values table', () => {

@@ -8,7 +8,7 @@
  */
 import { spawn } from 'node:child_process';
 import https from 'node:https';
-import { readFileSync } from 'node:fs';
+import { readdirSync, readFileSync } from 'node:fs';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import * as c from './child.js';
@@ -95,10 +95,12 @@ describe('bounded memory (rows 1-3)', () => {
     const peak = child.peak();
     c.figure(1, `RSS ${before.toFixed(0)} MiB before; peak ${afterH2.toFixed(0)} MiB after the HTTP/2 bodies (${JSON.stringify(h2.attacker)}), ${peak.toFixed(0)} MiB after the HTTP/1.1 ones (${JSON.stringify(h1.attacker)}); legitimate admission max ${max(h2.legitMs).toFixed(0)} / ${max(h1.legitMs).toFixed(0)} ms, median ${median(h2.legitMs).toFixed(0)} / ${median(h1.legitMs).toFixed(0)} ms`);
     expect(peak).toBeLessThan(c.CHART_MEMORY_LIMIT_MIB);
+    // The HTTP/1.1 bodies reached the server (answered, most with 503 while others were read): the row measures them.
+    expect(Object.entries(h1.attacker).filter(([status]) => /^\d{3}$/.test(status)).reduce((n, [, k]) => n + k, 0)).toBeGreaterThanOrEqual(60);
     for (const run of [h2, h1]) {
       expect(run.legitStatuses.every((s) => s === 200)).toBe(true);
-      // The API server waits 5 s; a busy 2-core machine adds its share.
-      expect(max(run.legitMs)).toBeLessThan(2500);
+      // The goal: under a second, well inside the API server's 5 s (which counts the whole call).
+      expect(max(run.legitMs)).toBeLessThan(1000);
     }
     // Nothing stays in flight once the attacker is gone (a request it left behind ends at its 5 s deadline at most, checked
     // once a second; a busy 2-core machine has been seen to need more than 7 s in all: 15 s is room, not the claim).
@@ -134,9 +136,12 @@ describe('bounded memory (rows 1-3)', () => {
     const run = await underAttack(child, { mode: 'idle', count: 3000 }, 500);
     const peak = child.peak();
     const closed = await metric(child, 'vram_preflight_webhook_limit_hits_total{limit="connections-idle-closed"}');
-    c.figure(3, `3,000 idle connections tried: ${run.attacker.open} still open; ${closed} closed at the cap; RSS ${before.toFixed(0)} -> peak ${peak.toFixed(0)} MiB; legitimate admission max ${max(run.legitMs).toFixed(0)} ms`);
+    // A connection that sends no request is also closed at the headers deadline (3 s, with a 408): where the flood takes longer
+    // than that to open (a busy machine), the deadline closes the oldest before the cap has to.
+    const timedOut = await metric(child, 'vram_preflight_webhook_http_requests_total{route="other",code="408"}');
+    c.figure(3, `3,000 idle connections tried: ${run.attacker.open} still open; ${closed} closed at the cap, ${timedOut} at the headers deadline; RSS ${before.toFixed(0)} -> peak ${peak.toFixed(0)} MiB; legitimate admission max ${max(run.legitMs).toFixed(0)} ms`);
     expect(run.attacker.open).toBeLessThanOrEqual(512);
-    expect(closed).toBeGreaterThanOrEqual(3000 - 512 - 20);
+    expect(closed + timedOut).toBeGreaterThanOrEqual(3000 - 512 - 20);
     expect(peak - before).toBeLessThan(80);
     expect(run.legitStatuses.every((s) => s === 200)).toBe(true);
   }, 120_000);
@@ -167,6 +172,10 @@ describe('no admission waits behind another (row 13)', () => {
     await probing;
     agent.destroy();
     c.figure(13, `3 pods of 15,000 vLLM containers (${(Buffer.byteLength(big) / 1e6).toFixed(1)} MB each) answered in ${bigMs.toFixed(0)} ms; legitimate admissions meanwhile: ${legitMs.length}, max ${max(legitMs).toFixed(0)} ms, median ${median(legitMs).toFixed(0)} ms`);
+    // The worker that decided them gives way to the main thread: its thread (only it) runs at nice 10 (Linux: per thread).
+    const nice = readdirSync(`/proc/${child.child.pid}/task`).map((task) => Number(readFileSync(`/proc/${child.child.pid}/task/${task}/stat`, 'utf8').split(') ')[1]!.split(' ')[16]));
+    if (!c.OTHER_BUILD) expect(nice.filter((n) => n !== 0)).toEqual([10]);
+    expect(nice[0]).toBe(0);
     for (const answer of answers) {
       const review = h.readReview(answer);
       expect(review.allowed).toBe(true);
