@@ -610,7 +610,7 @@ describe('NOTES.txt (helm v4 install --dry-run=client, which needs no cluster)',
     const overrides = JSON.parse(/--overrides='([^']+)'/.exec(text)![1]!) as { spec: unknown };
     const pod = JSON.stringify({ apiVersion: 'v1', kind: 'Pod', metadata: { name: 'vram-preflight-check', namespace: 'ml' }, ...overrides });
     const admitted = spawnSync(process.execPath, [path.join(ROOT, 'dist/vram-preflight.cjs'), 'admit'], { input: pod, encoding: 'utf8' });
-    expect(admitted.stderr).toBe('');
+    expect(admitted.stderr).toBe('vram-preflight: Pod/vram-preflight-check: wrapped: vllm\n');
     expect(JSON.parse(admitted.stdout).metadata.annotations).toEqual({ 'vram-preflight.io/wrapped': 'vllm' });
   });
 
