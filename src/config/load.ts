@@ -6,7 +6,7 @@
  */
 import { CONFIG_ENV, mergeOptions, optionsFromEnv, optionsFromFile, optionsFromFlags, type Options } from './sources.js';
 import { PreflightError } from '../core/errors.js';
-import { checkPreflightOptions } from '../core/preflight.js';
+import { checkPreflightOptions } from '../core/preflight/settings.js';
 
 export interface OptionSources {
   /** `--config`; absent: VRAM_PREFLIGHT_CONFIG. */

@@ -12,7 +12,8 @@
  */
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { dirname, join } from 'node:path';
-import { renderPreflightScript, type PreflightSettings } from '../../src/core/preflight.js';
+import type { PreflightSettings } from '../../src/core/preflight/settings.js';
+import { renderPreflightScript } from '../../src/core/preflight/script.js';
 
 const argv = process.argv.slice(2);
 const opts: Record<string, string> = {};

@@ -18,7 +18,7 @@ import {
   EXIT_START_NOT_EXECUTABLE,
   EXIT_START_NOT_FOUND,
   EXIT_TIMEOUT,
-} from '../../src/core/preflight.js';
+} from '../../src/core/preflight/script.js';
 import {
   CUDA_TOTAL,
   IS_ROOT,

@@ -6,7 +6,8 @@ import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
 import { chmodSync, existsSync, mkdtempSync, readFileSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { renderPreflightScript, type PreflightSettings } from '../../src/core/preflight.js';
+import type { PreflightSettings } from '../../src/core/preflight/settings.js';
+import { renderPreflightScript } from '../../src/core/preflight/script.js';
 
 function which(cmd: string): string {
   const r = spawnSync('sh', ['-c', `command -v ${cmd}`], { encoding: 'utf8' });

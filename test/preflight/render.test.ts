@@ -7,12 +7,11 @@ import { spawnSync } from 'node:child_process';
 import fc from 'fast-check';
 import {
   PREFLIGHT_LIMITS,
-  PREFLIGHT_MARKER_PREFIX,
   checkPreflightOptions,
-  renderPreflightScript,
   roundUtilizationUp,
   type PreflightSettings,
-} from '../../src/core/preflight.js';
+} from '../../src/core/preflight/settings.js';
+import { PREFLIGHT_MARKER_PREFIX, renderPreflightScript } from '../../src/core/preflight/script.js';
 import { PreflightError } from '../../src/core/errors.js';
 import { BUSYBOX, DEFAULTS, SHELLCHECK, judgeProgram } from './harness.js';
 

@@ -5,15 +5,15 @@
 import { afterAll, describe, expect, it } from 'vitest';
 import { existsSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
+import { CONTEXT_MIB_AUTO } from '../../src/core/preflight/settings.js';
 import {
-  CONTEXT_MIB_AUTO,
   EXIT_BAD_UTILIZATION,
   EXIT_NO_COMMAND,
   EXIT_NVIDIA_SMI_UNAVAILABLE,
   EXIT_SIGINT,
   EXIT_SIGTERM,
   EXIT_TIMEOUT,
-} from '../../src/core/preflight.js';
+} from '../../src/core/preflight/script.js';
 import {
   CUDA_TOTAL,
   HOW_09,

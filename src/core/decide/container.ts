@@ -12,7 +12,7 @@ import { ANNOTATION_CONTAINERS, ANNOTATION_SKIP, huggingfaceServerMayRunVllm, im
 import { nvidiaGpuSignals, otherAccelerators, SIGNALS_CHECKED, type DeviceClaims, type GpuSignal } from '../tables/gpu.js';
 import { asBashWord, joinsAsOneCommand, kuberayStart, RAY_OVERWRITE_ANNOTATION, type RayStart } from './kuberay.js';
 import { imageReferenceProblem, parseImage, repositoryMatches } from '../tables/image-ref.js';
-import { PREFLIGHT_MARKER_PREFIX, renderPreflightScript } from '../preflight.js';
+import { PREFLIGHT_MARKER_PREFIX, renderPreflightScript } from '../preflight/script.js';
 import type { KeptAnchors } from '../yaml/edit.js';
 import { isWrapped, resolveStart, WRAPPER_COMMAND, type ContainerStart, type StartEvidence, type StartSources } from './start.js';
 import { readUtilization, type EnvVar, type Utilization } from './utilization.js';
