@@ -7,11 +7,9 @@
  * container that runs vLLM on an NVIDIA GPU whether it is protected and why
  * not (./classify.ts).
  */
-import { ANNOTATION_SKIP, asObject, claimReferences, emptyDeviceClaims, patchObject, recordDeviceClaim, type Options, type RegistryAnswers } from '../core/index.js';
-import { PreflightError } from '../core/errors.js';
+import { ANNOTATION_SKIP, asObject, claimReferences, emptyDeviceClaims, patchObject, PreflightError, recordDeviceClaim, type Options, type Plain, type RegistryAnswers } from '../core/index.js';
 import { KubernetesApiError, readClaim, RESOURCE_API_VERSIONS, type ClaimRead, type ClaimReference, type KubernetesClient } from '../kubernetes/index.js';
 import { classifyPod, webhookEntries, type AuditedContainer, type DecidedPod, type WebhookEntry } from './classify.js';
-import type { Plain } from '../core/values.js';
 
 
 export interface AuditSettings {

@@ -17,11 +17,8 @@
  */
 import { resolveOptions } from '../config/load.js';
 import { AUDIT_RENDER_ONLY_WHY, optionHelp, parseCommandLine, renderOnlyVariable, wrapOptions, type FlagRow } from '../config/flags.js';
-import type { Options } from '../config/sources.js';
 import { quoteBounded } from '../config/suggest.js';
-import { escapeControl, PreflightError } from '../core/errors.js';
-import { VERSION } from '../core/version.js';
-import type { RegistryAnswers } from '../core/index.js';
+import { escapeControl, PreflightError, VERSION, type Options, type RegistryAnswers } from '../core/index.js';
 import { KubernetesClient, loadConnection, SERVICE_ACCOUNT_DIR } from '../kubernetes/index.js';
 import type { RegistryOptions } from '../registry/index.js';
 import { auditCluster } from './audit.js';

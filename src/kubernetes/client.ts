@@ -11,8 +11,7 @@
  */
 import { readFileSync } from 'node:fs';
 import { Agent, request } from 'node:https';
-import { PreflightError } from '../core/errors.js';
-import { asObject, type Plain } from '../core/values.js';
+import { asObject, PreflightError, type Plain } from '../core/index.js';
 import { runExecPlugin, type ExecCredential } from './exec.js';
 import type { Connection } from './kubeconfig.js';
 

@@ -9,8 +9,7 @@
  * server refuses the credential (401).
  */
 import { execFile } from 'node:child_process';
-import { PreflightError } from '../core/errors.js';
-import { asObject } from '../core/values.js';
+import { asObject, PreflightError } from '../core/index.js';
 import type { ExecPlugin } from './kubeconfig.js';
 
 export interface ExecCredential {

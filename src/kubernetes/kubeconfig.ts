@@ -27,8 +27,7 @@
  * Nothing here reads the network; files are read through the caller's `readFile`.
  */
 import { parse as parseYaml } from 'yaml';
-import { PreflightError } from '../core/errors.js';
-import { asObject, type Plain } from '../core/values.js';
+import { asObject, PreflightError, type Plain } from '../core/index.js';
 
 /** Where a pod's service account credentials are mounted. */
 export const SERVICE_ACCOUNT_DIR = '/var/run/secrets/kubernetes.io/serviceaccount';

@@ -24,15 +24,11 @@ import { optionHelp, parseCommandLine, refuseRenderOnlyEnv } from '../config/fla
 import { resolveOptions } from '../config/load.js';
 import { CONFIG_FLAG } from '../config/sources.js';
 import { quoteBounded } from '../config/suggest.js';
-import { ANNOTATION_NOT_WRAPPED, asObject, applyPatch, patchObject, withLookups, type RegistryAnswers } from '../core/index.js';
-import { escapeControl, PreflightError } from '../core/errors.js';
-import type { Options } from '../core/options.js';
-import { VERSION } from '../core/version.js';
+import { ANNOTATION_NOT_WRAPPED, applyPatch, asObject, escapeControl, patchObject, PreflightError, VERSION, withLookups, type Options, type Plain, type RegistryAnswers } from '../core/index.js';
 import { admit, notWrappedAnnotation, type RefusedContainer } from './admission.js';
 import { DEFAULT_CACHE_SETTINGS, ImageStartCache } from './image-starts.js';
 import { webhookMetrics } from './metrics.js';
 import { registryOptions } from './server.js';
-import type { Plain } from '../core/values.js';
 
 export const ADMIT_HELP = `vram-preflight ${VERSION} admit: what the admission webhook answers, without a cluster
 

@@ -23,7 +23,7 @@
  */
 import { readFileSync } from 'node:fs';
 import { Agent, request } from 'node:https';
-import { emptyDeviceClaims, recordDeviceClaim, type DeviceClaims } from '../core/tables/gpu.js';
+import { emptyDeviceClaims, recordDeviceClaim, type DeviceClaims } from '../core/index.js';
 import type { WebhookMetrics } from './metrics.js';
 
 export const SERVICE_ACCOUNT_DIR = '/var/run/secrets/kubernetes.io/serviceaccount';

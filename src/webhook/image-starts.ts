@@ -22,7 +22,7 @@
  *   webhook's log has the reason.
  */
 import { echo } from './answers.js';
-import type { ImageStartAnswer, LookupFailure, RegistryAnswers } from '../core/decide/start.js';
+import type { ImageStartAnswer, LookupFailure, RegistryAnswers } from '../core/index.js';
 import type { RegistryFailure, RegistryOptions } from '../registry/index.js';
 import type { WebhookMetrics } from './metrics.js';
 

@@ -19,11 +19,7 @@
  */
 import { readFileSync } from 'node:fs';
 import { getHeapStatistics } from 'node:v8';
-import { PreflightError } from '../core/errors.js';
-import type { Options } from '../core/options.js';
-import { VERSION } from '../core/version.js';
-import { parseImage } from '../core/tables/image-ref.js';
-import { KNOWN_IMAGES } from '../core/tables/images.js';
+import { KNOWN_IMAGES, parseImage, PreflightError, VERSION, type Options } from '../core/index.js';
 import type { RegistryOptions, RegistryPolicy } from '../registry/index.js';
 import type { AdmissionDependencies } from './admission.js';
 import { BODY_LIMIT, ByteBudget, SMALL_BODY } from './body.js';
