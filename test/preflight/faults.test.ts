@@ -515,7 +515,7 @@ describe.each(SHELLS)('utilization from the start\'s arguments under $name', (sh
   });
 
   it('--gpu-memory-utilization $U: the value is the variable\'s at run time; unset, exit 78', async () => {
-    const settings = { utilization: { words: [{ literal: '--gpu-memory-utilization' }, { variable: 'U' }], fallback: 0.9 } };
+    const settings = { utilization: { words: [{ literal: '--gpu-memory-utilization' }, { variable: 'U' }], fallback: '0.9' } };
     const set = await run(shell, { settings, readings: [{ out: gpuLine(0, 143156) }], env: { U: '0.7' } });
     execed(set);
     expect(set.lines[0]).toContain(` for vLLM: 0.7 x ${CUDA_TOTAL} MiB CUDA total`);

@@ -101,7 +101,7 @@ export function gpuLine(
 
 export const DEFAULTS: PreflightSettings = {
   version: '0.1.0',
-  utilization: 0.9,
+  utilization: '0.9',
   headroomMiB: 0,
   timeoutSeconds: 30,
   pollIntervalSeconds: 0.05,

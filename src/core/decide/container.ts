@@ -323,7 +323,8 @@ export function decideContainer(input: ContainerInput, base: Pick<ContainerRepor
       env: Array.isArray(container.env) ? (container.env as EnvVar[]) : [],
       hasEnvFrom: Array.isArray(container.envFrom) && container.envFrom.length > 0,
       annotation: controls.utilizationAnnotation,
-      defaultValue: options.defaultUtilization,
+      // The option is a number (a flag, a variable, a config file's JSON): its shortest decimal spelling is the value given.
+      defaultValue: { text: String(options.defaultUtilization), value: options.defaultUtilization },
       context,
     });
     report.utilization = utilization;
@@ -331,7 +332,7 @@ export function decideContainer(input: ContainerInput, base: Pick<ContainerRepor
       report.warnings.push(`no --gpu-memory-utilization: waiting for ${utilization.value} of each GPU; vLLM's own default is 0.9 before v0.21 and 0.92 since, so pass the flag explicitly`);
     } else if (utilization.runtime && utilization.defaulted) {
       const names = utilization.runtime.words.flatMap((w) => ('variable' in w ? [`$${w.variable}`] : [])).join(', ');
-      report.warnings.push(`no --gpu-memory-utilization written: the preflight reads it from ${names} at run time, and waits for ${utilization.runtime.fallback} of each GPU when it is not there; vLLM's own default is 0.9 before v0.21 and 0.92 since, so pass the flag explicitly`);
+      report.warnings.push(`no --gpu-memory-utilization written: the preflight reads it from ${names} at run time, and waits for ${utilization.runtime.fallback.value} of each GPU when it is not there; vLLM's own default is 0.9 before v0.21 and 0.92 since, so pass the flag explicitly`);
     }
     report.probeBudgetSeconds = probeBudget(container);
     if (report.probeBudgetSeconds !== undefined && options.timeoutSeconds >= report.probeBudgetSeconds) {
@@ -341,7 +342,7 @@ export function decideContainer(input: ContainerInput, base: Pick<ContainerRepor
     const terminationMessagePath = typeof container.terminationMessagePath === 'string' ? container.terminationMessagePath : '/dev/termination-log';
     const script = preflightScript({
       version: VERSION,
-      utilization: utilization.value ?? utilization.runtime ?? 'from-args',
+      utilization: utilization.text ?? (utilization.runtime ? { words: utilization.runtime.words, fallback: utilization.runtime.fallback.text } : 'from-args'),
       headroomMiB: options.headroomMiB,
       contextMiB: options.contextMiB,
       nvidiaSmiTimeoutSeconds: options.nvidiaSmiTimeoutSeconds,

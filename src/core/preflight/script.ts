@@ -15,7 +15,7 @@
  *   pasted in unchecked.
  */
 
-import { checkOptions, fail, runtimeWords, validPath, validUtilization, validVersion, type PreflightSettings } from './settings.js';
+import { checkSettings, type CheckedUtilization, type PreflightSettings } from './settings.js';
 
 /** First characters of every generated script; also how a wrapped container is recognised. */
 export const PREFLIGHT_MARKER_PREFIX = '# vram-preflight ';
@@ -235,27 +235,37 @@ ${lastFlagLoop('"$@"')}[ -n "$u_seen" ] || die ${EXIT_BAD_UTILIZATION} 'cannot w
 util=\`u=$u_raw awk '${UTIL_AWK}'\` || die ${EXIT_BAD_UTILIZATION} "cannot wait for GPU memory: --gpu-memory-utilization \\"$u_raw\\" in the start's arguments is not a number with 0 < u <= 1; not starting vLLM"
 `;
 
-/** Reads the utilization from the variables the start's script expands into vLLM's command line. */
-function fromVariables(v: { words: string; fallback: string; names: string }): string {
-  return `# The utilization is only known at run time: the script of the start puts ${v.names} on the
+/**
+ * Reads the utilization from the variables the start's script expands into vLLM's command line:
+ * the words as the start's script has them, each literal single-quoted (it is a flag's name), each
+ * variable unquoted (split as the shell splits it).
+ */
+function fromVariables(v: Extract<CheckedUtilization, { kind: 'from-variables' }>): string {
+  const words = v.words.map((w) => ('variable' in w ? `$${w.variable}` : `'${w.literal}'`)).join(' ');
+  const names = v.variables.map((name) => `$${name}`).join(' ');
+  return `# The utilization is only known at run time: the script of the start puts ${names} on the
 # command line of vLLM. Take the last --gpu-memory-utilization there (split as the shell splits
 # it, no globbing), else ${v.fallback}, what vLLM gets without one there.
 u_raw=${v.fallback} u_seen=1 take=''
 set -f
 # shellcheck disable=SC2086,SC2034 # split as the script splits them; u_seen: read by the other reader
-${lastFlagLoop(v.words)}set +f
+${lastFlagLoop(words)}set +f
 # shellcheck disable=SC2016 # an awk program: its $ are awk's, not the shell's
-util=\`u=$u_raw awk '${UTIL_AWK}'\` || die ${EXIT_BAD_UTILIZATION} "cannot wait for GPU memory: --gpu-memory-utilization \\"$u_raw\\" in ${v.names.replaceAll('$', '\\$')} is not a number with 0 < u <= 1; not starting vLLM"
+util=\`u=$u_raw awk '${UTIL_AWK}'\` || die ${EXIT_BAD_UTILIZATION} "cannot wait for GPU memory: --gpu-memory-utilization \\"$u_raw\\" in ${names.replaceAll('$', '\\$')} is not a number with 0 < u <= 1; not starting vLLM"
 `;
 }
 
+/** The script's utilization: the value it is written with, or the reading that replaces it at run time. */
+function utilizationText(u: CheckedUtilization): { value: string; reader: string } {
+  if (u.kind === 'value') return { value: u.value, reader: '' };
+  if (u.kind === 'from-args') return { value: 'from-args', reader: FROM_ARGS };
+  return { value: 'from-start', reader: fromVariables(u) };
+}
+
+/** The script for these settings (a PreflightError when one is bad: ./settings.ts). */
 export function renderPreflightScript(settings: PreflightSettings): string {
-  if (typeof settings !== 'object' || settings === null) fail('settings', settings, 'must be an object');
-  const version = validVersion(settings.version);
-  const runtime = typeof settings.utilization === 'object' && settings.utilization !== null ? runtimeWords(settings.utilization) : undefined;
-  const util = runtime ? 'from-start' : validUtilization(settings.utilization);
-  const { headroom, contextOne, contextSeveral, timeout, poll, logEvery, mode, smiLimit } = checkOptions(settings);
-  const msgFile = validPath(settings.terminationMessagePath);
+  const { version, utilization, headroom, contextOne, contextSeveral, timeout, poll, logEvery, mode, smiLimit, msgFile } = checkSettings(settings);
+  const util = utilizationText(utilization);
   // The first query's limit: the per-query limit, cut to the whole timeout (at least 2 s), as CLOCK_AWK does later.
   const pollWhole = Math.max(1, Math.ceil(Number(poll)));
   const firstLimit = Math.min(Number(smiLimit), Math.max(2, Number(timeout)));
@@ -267,7 +277,7 @@ export function renderPreflightScript(settings: PreflightSettings): string {
 # The kubelet rewrites dollar-paren and double-dollar in args; this text has neither.
 # Nothing is written but msg_file (read-only root, no /tmp): no temp files, no here-documents.
 # shellcheck disable=SC2006 # backticks instead of dollar-paren, for the reason above
-util=${util} headroom_mib=${headroom} context_mib=${contextOne} context_several_mib=${contextSeveral} timeout_s=${timeout} poll_s=${poll} log_s=${logEvery} on_unavailable=${mode} smi_limit_s=${smiLimit}
+util=${util.value} headroom_mib=${headroom} context_mib=${contextOne} context_several_mib=${contextSeveral} timeout_s=${timeout} poll_s=${poll} log_s=${logEvery} on_unavailable=${mode} smi_limit_s=${smiLimit}
 msg_file=${msgFile}
 say() { printf 'vram-preflight: %s\\n' "$*" >&2; }
 die() { [ -z "$mark" ] || sweep; say "$2"; printf 'vram-preflight: %s\\n' "$2" 2>/dev/null >"$msg_file" || :; exit "$1"; }
@@ -283,7 +293,7 @@ case $1 in
   if [ ! -f "$1" ] || [ ! -x "$1" ]; then die ${EXIT_START_NOT_EXECUTABLE} "cannot start vLLM: the start \\"$1\\" (the program after --) is not an executable file"; fi ;;
 *) command -v "$1" >/dev/null 2>&1 || die ${EXIT_START_NOT_FOUND} "cannot start vLLM: the start \\"$1\\" (the program after --) is not found in PATH=$PATH" ;;
 esac
-${util === 'from-args' ? FROM_ARGS : runtime ? fromVariables(runtime) : ''}# A shell runs traps only between commands or in wait: all that can take long (nvidia-smi,
+${util.reader}# A shell runs traps only between commands or in wait: all that can take long (nvidia-smi,
 # the pause between polls) is a background job it waits for, so a signal ends it at once.
 # As PID 1 the shell ignores signals it does not trap. The job gets KILL: a child still
 # holds this shell's handler between its fork and its exec, and would lose a TERM.

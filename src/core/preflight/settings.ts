@@ -9,25 +9,32 @@ import { PreflightError, type ErrorCode } from '../errors.js';
 import { readPythonFloat, trimPythonSpace } from '../python-float.js';
 import { isAsciiDigit } from '../char-classes.js';
 
+/** A word of vLLM's command line as the script reads it at run time: the flag's name as written, or a variable's value split by the shell. */
+export type RuntimeWord = { literal: string } | { variable: string };
+
 /**
  * A utilization the start's shell script puts on vLLM's command line from variables (KServe's
  * `${VLLM_ADDITIONAL_ARGS}`): the script reads the last --gpu-memory-utilization among these
- * words at run time (a variable's value split as the shell splits it), else `fallback`.
+ * words at run time (a variable's value split as the shell splits it), else `fallback`
+ * (decimal text, as `utilization`).
  */
 export interface RuntimeUtilization {
-  words: ({ literal: string } | { variable: string })[];
-  fallback: number;
+  words: RuntimeWord[];
+  fallback: string;
 }
 
 export interface PreflightSettings {
   /** Tool version, written into the marker line. */
   version: string;
   /**
-   * vLLM's --gpu-memory-utilization: a number with 0 < u <= 1 (rounded UP to 6 decimals), or
-   * 'from-args': the script reads the last --gpu-memory-utilization in the start's own arguments
-   * at run time (for `$(VAR)` values the kubelet expands) and exits 78 when there is none or it is invalid.
+   * vLLM's --gpu-memory-utilization as the decimal text it was written in, as Python's float()
+   * reads it (`0.9`, `.9`, `9e-1`, `0.9_5`), with 0 < u <= 1 once rounded UP to 6 decimals
+   * (roundUtilizationUp: on the digits, never through a binary float); or 'from-args': the
+   * script reads the last --gpu-memory-utilization in the start's own arguments at run time
+   * (for `$(VAR)` values the kubelet expands) and exits 78 when there is none or it is invalid;
+   * or run-time words.
    */
-  utilization: number | 'from-args' | RuntimeUtilization;
+  utilization: string | RuntimeUtilization;
   /** Extra MiB required per GPU on top of vLLM's request and its context (contextMiB); integer >= 0. */
   headroomMiB: number;
   /**
@@ -87,7 +94,7 @@ const CODES: Partial<Record<keyof PreflightSettings, ErrorCode>> = {
 };
 
 /** Throws the project's PreflightError, so a caller reports it against the container. */
-export function fail(what: keyof PreflightSettings | 'settings', value: unknown, rule: string): never {
+function fail(what: keyof PreflightSettings | 'settings', value: unknown, rule: string): never {
   const shown = typeof value === 'number' ? String(value) : (JSON.stringify(value) ?? String(value));
   throw new PreflightError(
     (what !== 'settings' && CODES[what]) || 'BAD_OPTION',
@@ -179,24 +186,32 @@ export function withoutTrailingZeros(text: string): string {
   return text.slice(0, end);
 }
 
-export function validUtilization(v: unknown): string {
-  if (v === 'from-args') return v;
-  if (!isNumber(v) || !(v > 0) || v > 1) fail('utilization', v, "must be a number with 0 < u <= 1, 'from-args' or run-time words");
-  const s = roundUtilizationUp(String(v));
-  if (s === undefined) fail('utilization', v, "must be a number with 0 < u <= 1, 'from-args' or run-time words");
+const UTILIZATION_RULE = "must be decimal text (as Python's float() reads it) with 0 < u <= 1, 'from-args' or run-time words";
+
+/** Decimal text rounded UP to 6 decimals, the one rounding of a utilization written into the script. */
+function roundedUtilization(v: unknown): string {
+  const s = typeof v === 'string' ? roundUtilizationUp(v) : undefined;
+  if (s === undefined) fail('utilization', v, UTILIZATION_RULE);
   return s;
 }
 
-/** The run-time words as shell text: each literal single-quoted (it is a flag's name), each variable unquoted (split as the shell splits it). */
-export function runtimeWords(v: RuntimeUtilization): { words: string; fallback: string; names: string } {
+/** What the script does about the utilization: a value it is written with, its own argv at run time, or the start's variables at run time. */
+export type CheckedUtilization =
+  | { kind: 'value'; value: string }
+  | { kind: 'from-args' }
+  | { kind: 'from-variables'; words: readonly RuntimeWord[]; variables: readonly string[]; fallback: string };
+
+function checkUtilization(v: PreflightSettings['utilization']): CheckedUtilization {
+  if (v === 'from-args') return { kind: v };
+  if (typeof v !== 'object' || v === null) return { kind: 'value', value: roundedUtilization(v) };
   if (!Array.isArray(v.words) || v.words.length === 0 || v.words.length > 64) fail('utilization', v, 'run-time words must be 1 to 64 words');
-  const words = v.words.map((w) => {
-    if ('variable' in w && typeof w.variable === 'string' && isShellVariableName(w.variable)) return `$${w.variable}`;
-    if ('literal' in w && (w.literal === '--gpu-memory-utilization' || w.literal === '--gpu_memory_utilization')) return `'${w.literal}'`;
-    return fail('utilization', w, 'a run-time word must be a shell variable name or the flag --gpu-memory-utilization');
-  });
-  const names = v.words.flatMap((w) => ('variable' in w ? [`$${w.variable}`] : [])).join(' ');
-  return { words: words.join(' '), fallback: validUtilization(v.fallback), names };
+  for (const w of v.words) {
+    const variable = 'variable' in w && typeof w.variable === 'string' && isShellVariableName(w.variable);
+    const flag = 'literal' in w && (w.literal === '--gpu-memory-utilization' || w.literal === '--gpu_memory_utilization');
+    if (!variable && !flag) fail('utilization', w, 'a run-time word must be a shell variable name or the flag --gpu-memory-utilization');
+  }
+  const variables = v.words.flatMap((w) => ('variable' in w ? [w.variable] : []));
+  return { kind: 'from-variables', words: v.words, variables, fallback: roundedUtilization(v.fallback) };
 }
 
 /** `/^[A-Za-z_][A-Za-z0-9_]{0,127}$/` */
@@ -218,14 +233,14 @@ function validPollInterval(v: unknown): string {
   return s;
 }
 
-export function validVersion(v: unknown): string {
+function validVersion(v: unknown): string {
   if (typeof v !== 'string' || !isVersionText(v)) {
     fail('version', v, 'must be 1-64 characters of [0-9A-Za-z.+-]');
   }
   return v;
 }
 
-export function validPath(v: unknown): string {
+function validPath(v: unknown): string {
   const max = PREFLIGHT_LIMITS.terminationMessagePathMaxLength;
   if (
     typeof v !== 'string' ||
@@ -278,7 +293,7 @@ export interface PreflightOptions {
   nvidiaSmiTimeoutSeconds?: unknown;
 }
 
-interface CheckedOptions {
+export interface CheckedOptions {
   headroom: string;
   /** Context cost on one GPU, and on each of several. */
   contextOne: string;
@@ -300,7 +315,7 @@ function contextCosts(v: unknown): { contextOne: string; contextSeveral: string 
   return { contextOne: String(v), contextSeveral: String(v) };
 }
 
-export function checkOptions(o: PreflightOptions): CheckedOptions {
+function checkOptions(o: PreflightOptions): CheckedOptions {
   return {
     headroom: integerIn('headroomMiB', o.headroomMiB, 0, PREFLIGHT_LIMITS.headroomMiBMax),
     ...contextCosts(o.contextMiB),
@@ -324,4 +339,22 @@ export function checkOptions(o: PreflightOptions): CheckedOptions {
 export function checkPreflightOptions(o: PreflightOptions): void {
   if (typeof o !== 'object' || o === null) fail('settings', o, 'must be an object');
   checkOptions(o);
+}
+
+/** Every setting, checked: the text the script is written with. */
+export interface CheckedSettings extends CheckedOptions {
+  version: string;
+  utilization: CheckedUtilization;
+  msgFile: string;
+}
+
+/** Checks every setting (a PreflightError for the first that is bad) into the text the script is written with. */
+export function checkSettings(settings: PreflightSettings): CheckedSettings {
+  if (typeof settings !== 'object' || settings === null) fail('settings', settings, 'must be an object');
+  return {
+    version: validVersion(settings.version),
+    utilization: checkUtilization(settings.utilization),
+    ...checkOptions(settings),
+    msgFile: validPath(settings.terminationMessagePath),
+  };
 }
