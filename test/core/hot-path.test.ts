@@ -62,7 +62,7 @@ describe('mentions as a plain search of the lowered text', () => {
   });
 });
 
-// Issue 26: a shell script is read by one reader (src/core/decide/shell-script.ts), whose
+// A shell script is read by one reader (src/core/decide/shell-script.ts), whose
 // answer is what the shell itself does: a real bash runs each generated script with a fake
 // `vllm` and `python3` on PATH that record what they were run with. (`&&` is left out: the
 // reader does not know which commands fail. A substitution as a

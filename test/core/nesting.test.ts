@@ -1,9 +1,9 @@
 /**
- * Issue 26 (fuzz 7): a field nested ~820 levels deep made the render fail with
+ * A field nested ~820 levels deep made the render fail with
  * `YAML_SYNTAX … Maximum call stack size exceeded`, a JavaScript error dressed as a syntax
  * error. Now a document deeper than MAX_NESTING is refused with NESTING_TOO_DEEP, naming the
  * limit, before any parse; a layout the bound undercounts gets the same error, never a stack
- * overflow.
+ * overflow (docs/errors.md, error-nesting-too-deep).
  */
 import { readdirSync, readFileSync } from 'node:fs';
 import path from 'node:path';

@@ -148,7 +148,7 @@ describe('GPU signals', () => {
     expect(signals({ env: [{ name: 'NVIDIA_VISIBLE_DEVICES', value: 'all' }] })).toEqual(['visibleDevices:NVIDIA_VISIBLE_DEVICES=all']);
     for (const none of ['void', 'none', '']) expect(signals({ env: [{ name: 'NVIDIA_VISIBLE_DEVICES', value: none }] })).toEqual([]);
   });
-  // Issue 26 (MIG): every way the toolkit names a MIG instance, not only its UUID.
+  // Every way the toolkit names a MIG instance (docs/restart-race.md, MIG), not only its UUID.
   it('NVIDIA_VISIBLE_DEVICES naming a MIG instance, by UUID or by <gpu>:<mig> index, marks the signal MIG', () => {
     const mig = (value: string) => nvidiaGpuSignals({ container: { env: [{ name: 'NVIDIA_VISIBLE_DEVICES', value }] }, podSpec: {}, claims: emptyDeviceClaims() }).signals.map((s) => s.mig === true);
     for (const yes of ['MIG-5c4d2a1e-0b7d-4e55-9a61-2c4d5e6f7a8b', 'MIG-GPU-8f3c2a1e-0b7d-4e55-9a61-2c4d5e6f7a8b/1/0', '0:0', '1:3', '0, 2:1']) expect(mig(yes)).toEqual([true]);

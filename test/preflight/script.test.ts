@@ -57,7 +57,7 @@ const MIG_FIXTURES = join(import.meta.dirname, '../../fixtures/nvidia-smi/mig');
 const migReading = (name: string) => readFileSync(join(MIG_FIXTURES, name), 'utf8');
 
 describe.each(SHELLS)('preflight under $name', (shell) => {
-  // issue 26: the need is vLLM's own rule, request_memory() in vllm/v1/worker/utils.py
+  // The need is vLLM's own rule (docs/restart-race.md, The threshold: vLLM's own rule), request_memory() in vllm/v1/worker/utils.py
   describe.concurrent("vLLM's own rule", () => {
     it('asks ceil((total - reserved) x u) for vLLM plus its CUDA context: free = need - 1 waits, free = need starts', async () => {
       expect(NEED_09).toBe(Math.ceil(CUDA_TOTAL * 0.9) + CONTEXT_MIB_AUTO.oneGpu);
@@ -158,7 +158,7 @@ describe.each(SHELLS)('preflight under $name', (shell) => {
     });
   });
 
-  // issue 26: MIG. nvidia-smi --query-gpu reads the whole GPU (or nothing), never the instance.
+  // MIG (docs/restart-race.md, MIG): nvidia-smi --query-gpu reads the whole GPU (or nothing), never the instance.
   describe.concurrent('MIG', () => {
     it.each([
       ['insufficient-permissions.csv', 6],

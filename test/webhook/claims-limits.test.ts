@@ -1,5 +1,5 @@
 /**
- * DRA reads are bounded (issue 27 row 5): a fake API server that never
+ * DRA reads are bounded (docs/webhook.md, Hardening row 5): a fake API server that never
  * answers some ResourceClaimTemplates and answers others at once. Reads in
  * flight are capped and have deadlines that count their time in the queue,
  * so a storm of pods naming templates the API server never answers delays no
@@ -79,7 +79,7 @@ function draPod(templates: string[]): h.Pod {
 
 const wrapped = (answer: h.Answer): boolean => (h.readReview(answer).patch ?? []).some((op) => (op as { path: string }).path.endsWith('/command'));
 
-describe('DRA reads are bounded (row 5)', () => {
+describe('DRA reads are bounded (Hardening row 5)', () => {
   it('200 pods naming templates the API never answers: each pod is answered within its budget (a pod whose template answers, sent during the storm, too), and one sent right after it is wrapped at once', async () => {
     const child = await start();
     const session = h.h2session(child.url, pki.caCert);
