@@ -124,7 +124,7 @@ export function isPythonFloatText(text: string): boolean {
  * A --gpu-memory-utilization as vLLM reads it (float(), 0 < u <= 1) and as the script will: its
  * digits rounded up to 6 decimals must be at most 1 too (`1.00000000000000001` is 1 to float()).
  */
-export function parseUtilizationValue(raw: string, where: string, context: ErrorDetails, shown = `"${raw}"`): Fraction {
+function parseUtilizationValue(raw: string, where: string, context: ErrorDetails, shown = `"${raw}"`): Fraction {
   const text = raw.trim();
   const value = isPythonFloatText(text) ? Number(text.replaceAll('_', '')) : Number.NaN;
   if (!(value > 0 && value <= 1) || roundUtilizationUp(text) === undefined) {

@@ -70,7 +70,7 @@ export interface PreflightSettings {
 export const CONTEXT_MIB_AUTO = { oneGpu: 768, severalGpus: 1536 } as const;
 
 /** Per-query limit when PreflightSettings.nvidiaSmiTimeoutSeconds is not given. */
-export const DEFAULT_NVIDIA_SMI_TIMEOUT_SECONDS = 10;
+const DEFAULT_NVIDIA_SMI_TIMEOUT_SECONDS = 10;
 
 /** Limits enforced by renderPreflightScript (exported so callers and tests can refer to them). */
 export const PREFLIGHT_LIMITS = {
