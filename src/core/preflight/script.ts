@@ -262,22 +262,21 @@ function utilizationText(u: CheckedUtilization): { value: string; reader: string
   return { value: 'from-start', reader: fromVariables(u) };
 }
 
-/** The script for these settings (a PreflightError when one is bad: ./settings.ts). */
-export function renderPreflightScript(settings: PreflightSettings): string {
-  const { version, utilization, headroom, contextOne, contextSeveral, timeout, poll, logEvery, mode, smiLimit, msgFile } = checkSettings(settings);
-  const util = utilizationText(utilization);
-  // The first query's limit: the per-query limit, cut to the whole timeout (at least 2 s), as CLOCK_AWK does later.
-  const pollWhole = Math.max(1, Math.ceil(Number(poll)));
-  const firstLimit = Math.min(Number(smiLimit), Math.max(2, Number(timeout)));
-
-  const script = `${PREFLIGHT_MARKER_PREFIX}${version}: wait for GPU memory, then exec vLLM
+/**
+ * The start: the marker line (how a wrapped container is recognised), what the script is for,
+ * the settings as shell variables, how it speaks and exits, and the start it will exec, checked
+ * before any wait (a start that cannot run would fail only after the whole wait).
+ */
+function head(version: string, s: { util: string; headroom: string; contextOne: string; contextSeveral: string; timeout: string; poll: string; logEvery: string; mode: string; smiLimit: string; msgFile: string }): string {
+  const { util, headroom, contextOne, contextSeveral, timeout, poll, logEvery, mode, smiLimit, msgFile } = s;
+  return `${PREFLIGHT_MARKER_PREFIX}${version}: wait for GPU memory, then exec vLLM
 # After an in-place restart the old engine may still hold VRAM and vLLM checks
 # free memory only once, so wait until each GPU it will use has what that check asks, plus
 # what vLLM takes before it checks, plus headroom. See docs/restart-race.md (vram-preflight).
 # The kubelet rewrites dollar-paren and double-dollar in args; this text has neither.
 # Nothing is written but msg_file (read-only root, no /tmp): no temp files, no here-documents.
 # shellcheck disable=SC2006 # backticks instead of dollar-paren, for the reason above
-util=${util.value} headroom_mib=${headroom} context_mib=${contextOne} context_several_mib=${contextSeveral} timeout_s=${timeout} poll_s=${poll} log_s=${logEvery} on_unavailable=${mode} smi_limit_s=${smiLimit}
+util=${util} headroom_mib=${headroom} context_mib=${contextOne} context_several_mib=${contextSeveral} timeout_s=${timeout} poll_s=${poll} log_s=${logEvery} on_unavailable=${mode} smi_limit_s=${smiLimit}
 msg_file=${msgFile}
 say() { printf 'vram-preflight: %s\\n' "$*" >&2; }
 die() { [ -z "$mark" ] || sweep; say "$2"; printf 'vram-preflight: %s\\n' "$2" 2>/dev/null >"$msg_file" || :; exit "$1"; }
@@ -293,7 +292,15 @@ case $1 in
   if [ ! -f "$1" ] || [ ! -x "$1" ]; then die ${EXIT_START_NOT_EXECUTABLE} "cannot start vLLM: the start \\"$1\\" (the program after --) is not an executable file"; fi ;;
 *) command -v "$1" >/dev/null 2>&1 || die ${EXIT_START_NOT_FOUND} "cannot start vLLM: the start \\"$1\\" (the program after --) is not found in PATH=$PATH" ;;
 esac
-${util.reader}# A shell runs traps only between commands or in wait: all that can take long (nvidia-smi,
+`;
+}
+
+/**
+ * Signals and the processes a query leaves: all that can take long runs as a background job,
+ * which a signal ends at once, with what it started (reap: its descendants in /proc; sweep:
+ * what carries the run's mark).
+ */
+const JOBS = `# A shell runs traps only between commands or in wait: all that can take long (nvidia-smi,
 # the pause between polls) is a background job it waits for, so a signal ends it at once.
 # As PID 1 the shell ignores signals it does not trap. The job gets KILL: a child still
 # holds this shell's handler between its fork and its exec, and would lose a TERM.
@@ -335,7 +342,10 @@ stop() {
 }
 trap 'stop SIGTERM ${EXIT_SIGTERM}' TERM
 trap 'stop SIGINT ${EXIT_SIGINT}' INT
-# nvidia-smi's deadline: after $lim s, KILL it and all it started (a process stuck in the
+`;
+
+/** One nvidia-smi query under its deadline, its output read through a subshell that killing ends. */
+const QUERY = `# nvidia-smi's deadline: after $lim s, KILL it and all it started (a process stuck in the
 # driver may ignore TERM) and exit 1; exit 0 when told (TERM) it answered in time (quit: the
 # TERM came first). The sleep gets KILL (a TERM between fork and exec is lost) and must not
 # hold the capture (or stderr) open.
@@ -370,7 +380,10 @@ smi() {
   [ "$ds:$rc" != 1:137 ] || rc=124
   return "$rc"
 }
-# One reading and its verdict, as a background job; it says what it found, and its exit
+`;
+
+/** One reading, judged by JUDGE_AWK, as a background job whose exit status tells the loop what to do. */
+const POLL = `# One reading and its verdict, as a background job; it says what it found, and its exit
 # status tells the loop: 0 start vLLM, ${POLL_START_UNCHECKED} start it unchecked (said why),
 # ${EXIT_NVIDIA_SMI_UNAVAILABLE}, ${EXIT_TIMEOUT} or ${EXIT_BAD_UTILIZATION} exit (the message is written), 32..63 keep waiting.
 # A driver that does not know a field (memory.reserved: R510+, mig.mode.current: R450+)
@@ -397,7 +410,11 @@ poll() {
   unavailable "unexpected verdict: $r"
   exit ${POLL_START_UNCHECKED}
 }
-# Elapsed time: see the clock program. read is a builtin, so a cold start costs no process.
+`;
+
+/** The wait: poll, pause, advance the clock (CLOCK_AWK), until a verdict; then end what a query left, and exec the start. */
+function loop(firstLimit: number, pollWhole: number): string {
+  return `# Elapsed time: see the clock program. read is a builtin, so a cold start costs no process.
 clock() {
   if read -r raw _ 2>/dev/null </proc/uptime && [ -n "$raw" ]; then src=u
   elif raw=\`date +%s 2>/dev/null\`; then src=d
@@ -432,6 +449,16 @@ done
 if [ -n "$swept" ] || [ "$v" != 0 ]; then : & wait "$!" || :; fi
 exec "$@"
 `;
+}
+
+/** The script for these settings (a PreflightError when one is bad: ./settings.ts). */
+export function renderPreflightScript(settings: PreflightSettings): string {
+  const { version, utilization, ...checked } = checkSettings(settings);
+  const util = utilizationText(utilization);
+  // The first query's limit: the per-query limit, cut to the whole timeout (at least 2 s), as CLOCK_AWK does later.
+  const pollWhole = Math.max(1, Math.ceil(Number(checked.poll)));
+  const firstLimit = Math.min(Number(checked.smiLimit), Math.max(2, Number(checked.timeout)));
+  const script = `${head(version, { ...checked, util: util.value })}${util.reader}${JOBS}${QUERY}${POLL}${loop(firstLimit, pollWhole)}`;
   if (script.includes('$(') || script.includes('$$')) {
     throw new Error('internal error: the preflight script contains $( or $$');
   }
