@@ -129,7 +129,7 @@ END {
     }
     need = req + ctx + h; how = req " for vLLM: " u " x " ct " MiB CUDA total" (r ? " = " tot[j] " - " r " reserved" : " = " tot[j] ", no reserve reported") "; " ctx " for its CUDA context; " h " headroom"
     if (need > ct - 1) {
-      # More than it can have free: cut to what an idle GPU surely shows (see the comment in preflight.ts).
+      # More than it can have free: cut to what an idle GPU surely shows, never below the request of vLLM (docs/restart-race.md, section 6: the threshold).
       idle = r ? ct - 64 : req
       if (idle < req) idle = req
       need = idle; how = (r ? "the CUDA total less 64 MiB an idle GPU may use" : "the request of vLLM alone, no reserve reported") ", as " how " would be more: vLLM itself decides"
