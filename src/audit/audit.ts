@@ -13,11 +13,9 @@
  * for a lookup of all such images, in batches of at most WAITING_LIMIT bytes
  * (each image is looked up once), and are then decided again.
  */
-import { ANNOTATION_SKIP, asObject, claimReferences, emptyDeviceClaims, patchObject, recordDeviceClaim, type ImageStartAnswer, type LookupFailure, type Options, type RegistryAnswers } from '../core/index.js';
-import { PreflightError } from '../core/errors.js';
+import { ANNOTATION_SKIP, asObject, claimReferences, emptyDeviceClaims, type ImageStartAnswer, type LookupFailure, type Options, patchObject, type Plain, PreflightError, recordDeviceClaim, type RegistryAnswers } from '../core/index.js';
 import { KubernetesApiError, KubernetesDeadlineError, readClaim, RESOURCE_API_VERSIONS, type ClaimRead, type ClaimReference, type KubernetesClient } from '../kubernetes/index.js';
 import { classifyPod, webhookEntries, type AuditedContainer, type DecidedPod, type WebhookEntry } from './classify.js';
-import type { Plain } from '../core/values.js';
 
 
 export interface AuditSettings {

@@ -9,10 +9,8 @@
  * called), the webhook configurations (installed? selecting this pod? since
  * when?), and the opt-outs. It reads no network and no clock.
  */
-import type { Action, ContainerReport, PatchResult, RegistryAnswers } from '../core/index.js';
-import { ACTION_EFFECTS, ANNOTATION_NOT_WRAPPED, ANNOTATION_SKIP, ANNOTATION_WRAPPED, asObject, imageEntryFix, imageEntryYaml } from '../core/index.js';
+import { type Action, ACTION_EFFECTS, ANNOTATION_NOT_WRAPPED, ANNOTATION_SKIP, ANNOTATION_WRAPPED, asObject, type ContainerReport, imageEntryFix, imageEntryYaml, type PatchResult, type Plain, type RegistryAnswers } from '../core/index.js';
 import { describeRequirement, labelChange, labelsOf, rulesCoverPodCreate, unmet, type Requirement } from './selection.js';
-import type { Plain } from '../core/values.js';
 
 
 /** The label the chart's objectSelector keeps out (the API server never sends such a pod): the annotation's key. */

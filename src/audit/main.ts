@@ -17,11 +17,8 @@
  */
 import { resolveOptions } from '../config/load.js';
 import { AUDIT_RENDER_ONLY_WHY, optionHelp, parseCommandLine, renderOnlyVariable, wrapOptions, type FlagRow } from '../config/flags.js';
-import type { Options } from '../config/sources.js';
 import { quoteBounded } from '../config/suggest.js';
-import { escapeControl, PreflightError } from '../core/errors.js';
-import { VERSION } from '../core/version.js';
-import type { RegistryAnswers } from '../core/index.js';
+import { escapeControl, type Options, PreflightError, type RegistryAnswers, VERSION } from '../core/index.js';
 import { KubernetesClient, KubernetesDeadlineError, loadConnection, SERVICE_ACCOUNT_DIR } from '../kubernetes/index.js';
 import { COMMAND_BUDGET, registryOptions } from '../registry/options.js';
 import { auditCluster, AuditTimedOut, ITEM_LIMIT } from './audit.js';

@@ -14,7 +14,7 @@
  */
 import { existsSync, readFileSync, writeFileSync } from 'node:fs';
 import { basename, join } from 'node:path';
-import { PreflightError } from '../core/errors.js';
+import { PreflightError } from '../core/index.js';
 import { main } from './main.js';
 import { describeStdinFailure, finish, flushStdout, isStdinFailure, readStdinUpTo, stderr, stdout, takeStdin, type StdinFailure } from './process-io.js';
 

@@ -8,19 +8,13 @@
  * written to stdout.
  */
 import { isUtf8 } from 'node:buffer';
-import { CONFIG_FLAG, type Options } from '../config/sources.js';
+import { CONFIG_FLAG } from '../config/sources.js';
 import { optionHelp, parseCommandLine } from '../config/flags.js';
 import { closest, quoteBounded } from '../config/suggest.js';
 import { resolveOptions } from '../config/load.js';
-import { escapeControl, PreflightError } from '../core/errors.js';
-import { renderExplanation } from '../core/report/explain.js';
-import { renderReport } from '../core/report/report.js';
+import { type CandidateRule, escapeControl, type Options, PreflightError, renderExplanation, renderReport, type StreamText, transform, type TransformResult, VERSION, withLookups } from '../core/index.js';
 import type { ImageStartAnswer, LookupFailure, RegistryOptions } from '../registry/index.js';
 import { COMMAND_BUDGET, registryOptions, withTypedImages } from '../registry/options.js';
-import type { StreamText } from '../core/yaml/stream.js';
-import { transform, type CandidateRule, type TransformResult } from '../core/transform.js';
-import { withLookups } from '../core/lookups.js';
-import { VERSION } from '../core/version.js';
 
 export interface CliIO {
   stdin: AsyncIterable<Uint8Array | string>;

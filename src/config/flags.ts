@@ -11,7 +11,7 @@
  * and config keys) are rows here too, so a flag is never added to one door
  * and forgotten in the other.
  */
-import { PreflightError } from '../core/errors.js';
+import { PreflightError } from '../core/index.js';
 import { CONFIG_ENV, CONFIG_FLAG, SCALAR_OPTIONS } from './sources.js';
 import { closest } from './suggest.js';
 

@@ -6,14 +6,11 @@
  * in the CLI; this module only turns text into options.
  */
 import { isCollection, parseDocument, visit } from 'yaml';
-import { PreflightError } from '../core/errors.js';
+import { DEFAULT_OPTIONS, type ImageStart, KNOWN_IMAGES, type Options, PreflightError } from '../core/index.js';
+export { DEFAULT_OPTIONS, type ImageStart, type Options, type RegistryLookupMode } from '../core/index.js';
 import { validateConfig, type SchemaError } from './validate.js';
 import { closest, quoteBounded } from './suggest.js';
-import { KNOWN_IMAGES } from '../core/tables/images.js';
-import { DEFAULT_OPTIONS, type ImageStart, type Options } from '../core/options.js';
 
-export type { ImageStart, Options, RegistryLookupMode } from '../core/options.js';
-export { DEFAULT_OPTIONS } from '../core/options.js';
 
 type Key = keyof Options;
 type ValueKind = 'number' | 'text' | 'list';

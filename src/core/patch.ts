@@ -52,7 +52,7 @@ export function pointerSegment(key: string): string {
   return key.replaceAll('~', '~0').replaceAll('/', '~1');
 }
 
-export function jsonPointer(path: readonly (string | number)[]): string {
+function jsonPointer(path: readonly (string | number)[]): string {
   return path.map((step) => `/${pointerSegment(String(step))}`).join('');
 }
 

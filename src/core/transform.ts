@@ -25,7 +25,7 @@ import { KINDS_WITHOUT_CONTAINERS } from './tables/workloads.js';
 import { mentionsAnyLowered, TARGET_WORDS } from './decide/target-words.js';
 import { mentionMayDecide } from './decide/deciding-mentions.js';
 import { parseDocuments } from './yaml/fast-parse.js';
-import { MAX_NESTING, nestingDepth } from './yaml/depth.js';
+import { depthBeyond, MAX_NESTING } from './yaml/depth.js';
 import { yaml11BreakOutsideQuotes } from './yaml/go-yaml.js';
 import { isJsWhitespace, isLineTerminator } from './char-classes.js';
 import { effectiveGet, findDuplicateKeys, resolveAlias, type ParsedDocument } from './yaml/nodes.js';
@@ -354,8 +354,8 @@ export function transform(stream: StreamText, options: Options, input: Transform
       result.errors.push(nestingTooDeep(depth, refFromText(lines, chunk, index, previous)));
       pieces.push(chunk.text);
     };
-    const depth = nestingDepth(chunk.text);
-    if (depth > MAX_NESTING) {
+    const depth = depthBeyond(chunk.text, MAX_NESTING);
+    if (depth !== undefined) {
       tooDeep(`${depth} levels deep`);
       continue;
     }

@@ -14,9 +14,7 @@
  * JWTs, a URL's password), since the error lands in CI logs.
  */
 import { execFile } from 'node:child_process';
-import { PreflightError } from '../core/errors.js';
-import { redactUserinfo } from '../core/errors.js';
-import { asObject } from '../core/values.js';
+import { asObject, PreflightError, redactUserinfo } from '../core/index.js';
 import type { ExecPlugin } from './kubeconfig.js';
 
 export interface ExecCredential {

@@ -42,8 +42,7 @@
  * Nothing here reads the network; files are read through the caller's `readFile`.
  */
 import { parse as parseYaml } from 'yaml';
-import { PreflightError, redactUserinfo } from '../core/errors.js';
-import { asObject, type Plain } from '../core/values.js';
+import { asObject, type Plain, PreflightError, redactUserinfo } from '../core/index.js';
 
 /** Where a pod's service account credentials are mounted. */
 export const SERVICE_ACCOUNT_DIR = '/var/run/secrets/kubernetes.io/serviceaccount';

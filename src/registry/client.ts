@@ -4,7 +4,7 @@
  * download is checked against its digest. Auth: Bearer token flow (anonymous
  * or with Docker-config credentials) and Basic.
  */
-import type { LookupFailureKind } from '../core/decide/start.js';
+import type { LookupFailureKind } from '../core/index.js';
 import type { ImageStart } from './cache.js';
 import type { Credential, Credentials } from './credentials.js';
 import { parseChallenge } from './credentials.js';

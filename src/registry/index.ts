@@ -10,7 +10,7 @@ import { DIGEST_PATTERN, formatPlatform, LookupError, parsePlatform, Registry, t
 import { Credentials, dockerConfigPath } from './credentials.js';
 import { noProxyMatches } from './http.js';
 import { registryAllowed, type RegistryPolicy } from './allow.js';
-import type { ImageStartAnswer, LookupFailure } from '../core/decide/start.js';
+import type { ImageStartAnswer, LookupFailure } from '../core/index.js';
 
 export type { ImageStartAnswer, LookupFailure, RegistryPolicy };
 

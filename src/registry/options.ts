@@ -9,9 +9,7 @@
  * Plain data, no Node module: a door imports this at start-up (the client
  * itself, ./index.ts, is loaded only when a lookup runs).
  */
-import type { Options } from '../core/options.js';
-import { parseImage } from '../core/tables/image-ref.js';
-import { KNOWN_IMAGES } from '../core/tables/images.js';
+import { KNOWN_IMAGES, parseImage, type Options } from '../core/index.js';
 import type { RegistryPolicy } from './allow.js';
 import type { RegistryOptions } from './index.js';
 

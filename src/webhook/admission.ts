@@ -20,15 +20,11 @@
  *   `kubectl apply --dry-run=server` shows what would happen (counted apart
  *   in the metrics: the webhook has no side effects).
  */
-import type { Options } from '../core/options.js';
-import type { RegistryAnswers } from '../core/decide/start.js';
-import { ACTION_EFFECTS, ANNOTATION_NOT_WRAPPED, ANNOTATION_WRAPPED, asObject, claimReferences, imageEntryFix, imageEntryYaml, patchObject, pointerSegment, withLookups, type ContainerReport, type JsonPatchOperation, type PatchInput, type PatchResult } from '../core/index.js';
-import { escapeControl } from '../core/errors.js';
+import { ACTION_EFFECTS, ANNOTATION_NOT_WRAPPED, ANNOTATION_WRAPPED, asObject, claimReferences, type ContainerReport, escapeControl, imageEntryFix, imageEntryYaml, type JsonPatchOperation, type Options, type PatchInput, patchObject, type PatchResult, type Plain, pointerSegment, type RegistryAnswers, withLookups } from '../core/index.js';
 import { allowedAnswer, echo, readReview, type Admission, type RefusalFix, type RefusedContainer } from './answers.js';
 import type { ClaimReadResult, ClaimReference } from './claims.js';
 import { LOOKUP_NOT_ALLOWED } from './image-starts.js';
 import type { Outcome } from './metrics.js';
-import type { Plain } from '../core/values.js';
 
 export type { Admission, RefusalFix, RefusedContainer };
 

@@ -29,22 +29,11 @@
  * written, is src/cli/process-io.ts's, which src/cli/bin.ts gives admit).
  */
 import { isUtf8 } from 'node:buffer';
-import { parseDocuments } from '../core/yaml/fast-parse.js';
+import { ACTION_EFFECTS, ANNOTATION_NOT_WRAPPED, applyPatch, asObject, candidateTest, type Chunk, collectDeviceClaims, type ContainerReport, type DeviceClaims, emptyDeviceClaims, escapeControl, findOperatorKind, findWorkloadKind, kindAndNameOf, MAX_NESTING, nestingDepth, nestingTooDeep, type Options, parseDocuments, patchObject, type PatchResult, type Plain, PreflightError, type ReadDocument, type RegistryAnswers, splitStream, transform, type TransformResult, VERSION, vllmImageWithoutContainers, withLookups, writeYaml } from '../core/index.js';
 import { optionHelp, parseCommandLine, refuseRenderOnlyEnv, type FlagRow } from '../config/flags.js';
 import { resolveOptions } from '../config/load.js';
 import { CONFIG_FLAG } from '../config/sources.js';
 import { quoteBounded } from '../config/suggest.js';
-import { ACTION_EFFECTS, ANNOTATION_NOT_WRAPPED, asObject, applyPatch, emptyDeviceClaims, patchObject, withLookups, type ContainerReport, type DeviceClaims, type PatchResult, type RegistryAnswers } from '../core/index.js';
-import { candidateTest, collectDeviceClaims, kindAndNameOf, nestingTooDeep, transform, type ReadDocument, type TransformResult } from '../core/transform.js';
-import { escapeControl, PreflightError } from '../core/errors.js';
-import type { Options } from '../core/options.js';
-import { VERSION } from '../core/version.js';
-import { splitStream, type Chunk } from '../core/yaml/stream.js';
-import { MAX_NESTING, nestingDepth } from '../core/yaml/depth.js';
-import { writeYaml } from '../core/yaml/emit.js';
-import { findOperatorKind, findWorkloadKind } from '../core/tables/workloads.js';
-import { vllmImageWithoutContainers } from '../core/decide/unrecognised.js';
-import type { Plain } from '../core/values.js';
 import { admit, notWrappedAnnotation, shortReason, type Admission, type AdmissionDependencies } from './admission.js';
 import { echo } from './answers.js';
 import { BODY_LIMIT } from './body.js';

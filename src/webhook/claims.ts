@@ -31,7 +31,7 @@
  * own protocol) a read given up is a stream reset; over HTTP/1.1 it costs its
  * connection.
  */
-import { emptyDeviceClaims, recordDeviceClaim, type DeviceClaims } from '../core/tables/gpu.js';
+import { type DeviceClaims, emptyDeviceClaims, recordDeviceClaim } from '../core/index.js';
 import { readClaim, RESOURCE_API_VERSIONS, type ClaimReference, type KubernetesClient } from '../kubernetes/index.js';
 import type { WebhookMetrics } from './metrics.js';
 

@@ -22,8 +22,7 @@
  *   webhook's log has the reason.
  */
 import { echo } from './answers.js';
-import type { ImageStartAnswer, LookupFailure, RegistryAnswers } from '../core/decide/start.js';
-import type { Options } from '../core/options.js';
+import { type ImageStartAnswer, type LookupFailure, type Options, type RegistryAnswers } from '../core/index.js';
 import type { RegistryFailure, RegistryOptions } from '../registry/index.js';
 import { ADMISSION_BUDGET, registryOptions } from '../registry/options.js';
 import type { WebhookMetrics } from './metrics.js';

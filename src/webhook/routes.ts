@@ -23,7 +23,7 @@
  * every refused request is logged once ("request refused", or the admission
  * line of a 400).
  */
-import type { Options } from '../core/options.js';
+import type { Options } from '../core/index.js';
 import { admit, type AdmissionDependencies } from './admission.js';
 import { echo, errorAnswer, jsonAnswer, metricsAnswer, notReadyAnswer, refusal, textAnswer, type Answer } from './answers.js';
 import { checkDeclaredLength, decodeBody, HttpProblem, readBody, Reservation, SMALL_BODY, type ByteBudget, type Request } from './body.js';

@@ -19,9 +19,7 @@
  */
 import { existsSync, readFileSync } from 'node:fs';
 import { getHeapStatistics } from 'node:v8';
-import { PreflightError } from '../core/errors.js';
-import type { Options } from '../core/options.js';
-import { VERSION } from '../core/version.js';
+import { type Options, PreflightError, VERSION } from '../core/index.js';
 import { KubernetesClient, loadServerConnection } from '../kubernetes/index.js';
 import type { AdmissionDependencies } from './admission.js';
 import { BODY_LIMIT, ByteBudget, SMALL_BODY } from './body.js';

@@ -18,8 +18,7 @@
 import { isUtf8 } from 'node:buffer';
 import { constants, setPriority } from 'node:os';
 import { Worker, type MessagePort } from 'node:worker_threads';
-import type { Options } from '../core/options.js';
-import type { RegistryAnswers } from '../core/decide/start.js';
+import type { Options, RegistryAnswers } from '../core/index.js';
 import { admit, DECISION_LATE, type AdmissionDependencies } from './admission.js';
 import { invalidAnswer, type Admission } from './answers.js';
 import type { ClaimReadResult, ClaimReference } from './claims.js';

@@ -76,7 +76,7 @@ function draPod(templates: string[]): h.Pod {
 
 const wrapped = (answer: h.Answer): boolean => (h.readReview(answer).patch ?? []).some((op) => (op as { path: string }).path.endsWith('/command'));
 
-describe('DRA reads are bounded and fair (row 5)', () => {
+describe('DRA reads are bounded and fair (Hardening row 5)', () => {
   it('200 pods naming templates the API never answers: each pod is answered within its budget; pods whose templates answer, sent at 100, 400 and 700 ms into the storm, are wrapped; one sent right after it is wrapped at once', async () => {
     const child = await start();
     const session = h.h2session(child.url, pki.caCert);

@@ -1,10 +1,10 @@
 /**
- * Memory and time are bounded by design (issue 27, rows 1-3 and 13): the
+ * Memory and time are bounded by design (docs/webhook.md, Hardening: rows 1-3 and 13): the
  * webhook as the chart runs it (the built bundle, the heap cap the chart
  * derives from its memory limit in deploy/webhook/values.yaml) under the load
  * a hostile or merely busy client can make, while a legitimate admission is
  * timed every 100 ms from this process (the attacker is a process of its
- * own). Each test prints its figures ([row N] ...).
+ * own). Each test prints its figures ([row N] ..., N a row of that table).
  */
 import { spawn } from 'node:child_process';
 import https from 'node:https';
@@ -85,7 +85,7 @@ const metric = async (child: c.Child, name: string): Promise<number> => {
   return [...text.matchAll(new RegExp(`^${name.replace(/[{}"]/g, (ch) => `\\${ch}`)} (\\d+)$`, 'gm'))].reduce((n, m) => n + Number(m[1]), 0);
 };
 
-describe('bounded memory (rows 1-3)', () => {
+describe('bounded memory (Hardening rows 1-3)', () => {
   it('row 1: 60 concurrent 3.4 MiB bodies on one HTTP/2 connection, and 2 x 60 over HTTP/1.1: RSS stays under the chart limit, a legitimate admission is answered well inside its timeout', async () => {
     const child = await webhook();
     const before = child.rss();
@@ -147,7 +147,7 @@ describe('bounded memory (rows 1-3)', () => {
   }, 120_000);
 });
 
-describe('no admission waits behind another (row 13)', () => {
+describe('no admission waits behind another (Hardening row 13)', () => {
   it('a 2.1 MB pod of 15,000 vLLM containers: decided off the event loop and refused by the containers cap; legitimate admissions meanwhile are not held', async () => {
     const child = await webhook();
     const containers = Array.from({ length: 15_000 }, (_, i) => ({ name: `c${i}`, image: 'vllm/vllm-openai:v0.10.1', args: ['--model', 'm'], resources: { limits: { 'nvidia.com/gpu': '1' } } }));

@@ -56,7 +56,7 @@ describe('image-start cache', () => {
   });
 });
 
-describe('the registries the webhook may look up (issue 27 row 7)', () => {
+describe('the registries the webhook may look up (docs/webhook.md, Hardening row 7)', () => {
   const may = (registry: string, options: Partial<Options> = {}) => registryAllowed(registry, registryPolicy({ ...DEFAULT_OPTIONS, ...options }));
 
   it('by default: those of the built-in image table, at public addresses only; none a pod names', () => {
@@ -83,7 +83,7 @@ describe('the registries the webhook may look up (issue 27 row 7)', () => {
 describe('annotation ops', () => {
   const values = { 'vram-preflight.io/wrapped': 'model' };
   it('creates metadata.annotations where the pod has none, never metadata itself; adds a key beside others; nothing for a value already there', () => {
-    // No metadata object (absent, null, a string): no op, never one that replaces metadata (issue 26).
+    // No metadata object (absent, null, a string): no op, never one that replaces metadata (docs/webhook.md, What it does to a pod).
     for (const metadata of [undefined, null, 'x', 3, ['a']]) expect(annotationOps(metadata === undefined ? {} : { metadata }, values)).toEqual([]);
     expect(annotationOps({ metadata: { name: 'p' } }, values)).toEqual([{ op: 'add', path: '/metadata/annotations', value: values }]);
     expect(annotationOps({ metadata: { annotations: null } }, values)).toEqual([{ op: 'add', path: '/metadata/annotations', value: values }]);

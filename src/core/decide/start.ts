@@ -14,7 +14,7 @@ import { effectiveTag, parseImage, repositoryForConfig, repositoryMatches, type 
 import { findKnownImage, isKnownRepository, lookAlikeRepository, whyUnplaced, type KnownImage } from '../tables/images.js';
 import type { ImageStart, RegistryLookupMode } from '../options.js';
 import { globMatches } from './glob.js';
-import { PREFLIGHT_MARKER_PREFIX } from '../preflight.js';
+import { PREFLIGHT_MARKER_PREFIX } from '../preflight/script.js';
 
 /** What an image's registry says it runs (src/registry looks it up at a door's edge). */
 export interface ImageStartAnswer {
