@@ -1,9 +1,9 @@
 import { defineConfig } from 'vitest/config';
 
-// The tests against the real control plane (scripts/cluster.sh) share one
-// kube-apiserver: their webhook configurations are cluster-wide, so those
-// files run one after another, beside the rest of the suite.
-const CLUSTER_TESTS = ['test/apiserver/**/*.test.ts', 'test/audit/**/*.test.ts'];
+// The tests against the real cluster (scripts/cluster.sh) share one
+// kube-apiserver and one node: their webhook configurations are cluster-wide,
+// so those files run one after another, beside the rest of the suite.
+const CLUSTER_TESTS = ['test/apiserver/**/*.test.ts', 'test/audit/**/*.test.ts', 'test/node/**/*.test.ts'];
 
 export default defineConfig({
   test: {

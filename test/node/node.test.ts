@@ -1,0 +1,170 @@
+/**
+ * The first test on the real node (scripts/cluster-node.sh): two Deployments
+ * of the vLLM stand-in (the image vllm/vllm-openai as the node's containerd
+ * holds it, `nvidia.com/gpu: 1`), one as a chart renders it, one wrapped by
+ * the built vram-preflight CLI, run side by side:
+ *
+ * - kube-scheduler places each on the node; the kubelet finds the image in
+ *   containerd's store, runc runs it under the pod's cgroup memory limit, the
+ *   readinessProbe makes it Ready, and the device plugin gave it one fake GPU;
+ * - `kubectl exec … -- kill -TERM 1` makes the kubelet restart it in place
+ *   (restartCount + 1, the same pod), while the old engine's memory is not
+ *   given back (VLLM_STANDIN_RELEASE_SECONDS=600: the incident's slow
+ *   reclaim, until the test releases it);
+ * - the plain one fails vLLM's own check, and the kubelet records it as an
+ *   operator sees it: the error in `kubectl logs --previous`, a BackOff event;
+ * - the wrapped one waits (the preflight's line in its log), and starts on
+ *   that first attempt once the memory is released: Ready, restartCount 1,
+ *   no BackOff.
+ */
+import { spawnSync } from 'node:child_process';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { stringify } from 'yaml';
+import * as k from '../apiserver/harness.js';
+import { eventsOf, holders, idleGpus, node, nodeNamespace, podOf, releaseStopped, until, type PodView } from './harness.js';
+
+const RUN = Date.now().toString(36);
+const NS = `vpt-node-${RUN}`;
+const dir = k.tempDir('node');
+
+/** A Deployment of the stand-in as a vLLM chart renders one (args only: the image's ENTRYPOINT starts vLLM). */
+function deployment(name: string, image: string): k.Plain {
+  return {
+    apiVersion: 'apps/v1',
+    kind: 'Deployment',
+    metadata: { name, namespace: NS },
+    spec: {
+      replicas: 1,
+      strategy: { type: 'Recreate' },
+      selector: { matchLabels: { app: name } },
+      template: {
+        metadata: { labels: { app: name } },
+        spec: {
+          runtimeClassName: 'nvidia',
+          nodeSelector: { 'nvidia.com/gpu.present': 'true' },
+          terminationGracePeriodSeconds: 5,
+          containers: [
+            {
+              name: 'model',
+              image,
+              imagePullPolicy: 'IfNotPresent',
+              args: ['Qwen/Qwen3-0.6B', '--gpu-memory-utilization', '0.9', '--port', '8000', '--max-model-len', '4096'],
+              // As good as never for this test (it gives the memory back itself), yet not forever if it is interrupted.
+              env: [{ name: 'VLLM_STANDIN_RELEASE_SECONDS', value: '600' }],
+              ports: [{ name: 'http', containerPort: 8000 }],
+              resources: { requests: { cpu: '10m', memory: '64Mi' }, limits: { memory: '256Mi', 'nvidia.com/gpu': '1' } },
+              readinessProbe: { httpGet: { path: '/health', port: 8000 }, periodSeconds: 1, failureThreshold: 1 },
+            },
+          ],
+        },
+      },
+    },
+  };
+}
+
+/** The built CLI on a manifest (block YAML, as helm renders): the wrapped manifest, as `helm --post-renderer` would install it. */
+function wrap(manifest: k.Plain, bundle: string): k.Plain {
+  const r = spawnSync(process.execPath, [bundle, '--poll-interval-seconds', '0.5'], { input: stringify(manifest), encoding: 'utf8' });
+  if (r.status !== 0) throw new Error(`vram-preflight exited ${r.status}: ${r.stderr}`);
+  return k.parseYamlStream(r.stdout)[0]!;
+}
+
+function exec(pod: PodView, command: string[]): string {
+  return k.kubectlOk(['exec', '-n', NS, pod.raw.metadata.name, '-c', 'model', '--', ...command]);
+}
+
+let plain: PodView;
+let wrapped: PodView;
+let gpuOf: Record<string, string>;
+
+beforeAll(async () => {
+  const n = node();
+  const bundle = k.buildBundle(dir);
+  await nodeNamespace(NS);
+  await idleGpus(NS);
+  const wrappedDeployment = wrap(deployment('vllm-wrapped', n.image), bundle);
+  expect(k.isWrapped(wrappedDeployment.spec.template.spec.containers[0]), 'the CLI wraps the stand-in as it wraps vLLM').toBe(true);
+  k.applyObjects([deployment('vllm-plain', n.image), wrappedDeployment]);
+  [plain, wrapped] = await Promise.all(['vllm-plain', 'vllm-wrapped'].map((app) => until(`${app} Ready`, async () => {
+    const pod = await podOf(NS, app);
+    return pod?.ready ? pod : undefined;
+  })));
+  gpuOf = Object.fromEntries([plain, wrapped].map((p) => [p.raw.metadata.name, exec(p, ['sh', '-c', 'echo $NVIDIA_VISIBLE_DEVICES']).trim()]));
+}, 180_000);
+
+afterAll(async () => {
+  // The engines were told never to give their memory back: once the pods are gone, give it back,
+  // or the next pods on these GPUs would find them full.
+  k.kubectl(['delete', 'deployments', '--all', '-n', NS, '--wait=true', '--timeout=60s']);
+  await until('the pods gone', async () => !(await podOf(NS, 'vllm-plain')) && !(await podOf(NS, 'vllm-wrapped')) && (await k.api('GET', `/api/v1/namespaces/${NS}/pods`)).json().items.length === 0).catch(() => undefined);
+  await idleGpus(NS);
+  await k.deleteNamespace(NS);
+  k.closeApi();
+  k.removeDir(dir);
+});
+
+describe('the vLLM stand-in on a real node: kubelet, containerd, runc, kube-scheduler', () => {
+  it('is scheduled onto the node, runs from containerd\'s store as a real container under its cgroup limit, with one GPU of the device plugin', async () => {
+    const n = node();
+    for (const pod of [plain, wrapped]) {
+      expect(pod.node).toBe(n.name);
+      const reasons = (await eventsOf(NS, pod.uid)).map((e) => `${e.reason}: ${e.message ?? e.note}`);
+      expect(reasons).toContainEqual(`Scheduled: Successfully assigned ${NS}/${pod.raw.metadata.name} to ${n.name}`);
+      // Found in containerd's store, as imported (the kubelet adds "and can be accessed by the pod" where it checks credentials).
+      expect(reasons.filter((r) => r.startsWith(`Pulled: Container image "${n.image}" already present on machine`))).toHaveLength(1);
+      // runc put it in the pod's memory cgroup with the container's limit (cgroup v1 here; v2 elsewhere).
+      const limit = exec(pod, ['sh', '-c', 'cat /sys/fs/cgroup/memory.max 2>/dev/null || cat /sys/fs/cgroup/memory/memory.limit_in_bytes']).trim();
+      expect(limit).toBe(String(256 * 1024 * 1024));
+      // The kubelet gave it one GPU: the device plugin's env and that GPU's ledger, which its nvidia-smi reads.
+      const uuid = gpuOf[pod.raw.metadata.name]!;
+      expect(uuid).toMatch(/^GPU-[0-9a-f-]+$/);
+      const smi = exec(pod, ['nvidia-smi', '--query-gpu=index,uuid,memory.total,memory.used,memory.free,memory.reserved', '--format=csv,noheader,nounits']).trim();
+      const [index, shown, total, used, free, reserved] = smi.split(', ');
+      expect({ index, shown }).toEqual({ index: '0', shown: uuid });
+      // The engine holds what vLLM asks: ceil((total - reserved) x 0.9) MiB (rounded up from bytes).
+      const cuda = Number(total) - Number(reserved);
+      expect(Number(used)).toBe(Math.ceil(Math.ceil(cuda * 1024 * 1024 * 0.9) / (1024 * 1024)));
+      expect(Number(free)).toBe(cuda - Number(used));
+    }
+    expect(gpuOf[plain.raw.metadata.name], 'two pods, two GPUs').not.toBe(gpuOf[wrapped.raw.metadata.name]);
+  });
+
+  it('kill -TERM 1: the kubelet restarts each in place; without the wrap vLLM\'s check fails (logs --previous, BackOff), with it the start waits and succeeds at once', async () => {
+    const before = { plain: plain.uid, wrapped: wrapped.uid };
+    for (const pod of [plain, wrapped]) exec(pod, ['kill', '-TERM', '1']);
+
+    // Plain: the same pod, restarted in place, and its new vLLM fails the check against the old engine's memory.
+    const failed = await until('the plain pod\'s restarted container fails', async () => {
+      const pod = await podOf(NS, 'vllm-plain');
+      return pod && pod.restarts >= 1 && pod.lastState?.terminated?.exitCode === 1 ? pod : undefined;
+    });
+    expect(failed.uid).toBe(before.plain);
+    const previous = k.kubectlOk(['logs', '-n', NS, failed.raw.metadata.name, '-c', 'model', '--previous']);
+    expect(previous).toMatch(/ValueError: Free memory on device cuda:0 \(\d+\.\d+\/79\.33 GiB\) on startup is less than desired GPU memory utilization \(0\.9, 71\.4 GiB\)\. Decrease GPU memory utilization or reduce GPU memory used by other processes\./);
+    await until('a BackOff event for the plain pod', async () =>
+      (await eventsOf(NS, failed.uid)).find((e) => e.reason === 'BackOff' && /Back-off restarting failed container model/.test(e.message ?? '')));
+
+    // Wrapped: the same pod, restarted in place; its preflight waits for the old engine's memory.
+    const waiting = await until('the wrapped pod\'s preflight waits', async () => {
+      const pod = await podOf(NS, 'vllm-wrapped');
+      if (!pod || pod.restarts !== 1 || !pod.state?.running) return undefined;
+      const log = k.kubectl(['logs', '-n', NS, pod.raw.metadata.name, '-c', 'model']).stdout;
+      return /vram-preflight: waiting for GPU memory before starting vLLM: GPU 0 has \d+ MiB free, needs \d+ MiB/.test(log) ? pod : undefined;
+    });
+    expect(waiting.uid).toBe(before.wrapped);
+    const uuid = gpuOf[waiting.raw.metadata.name]!;
+    const stopped = holders(uuid).filter((h) => h.release !== 'held');
+    expect(stopped.map((h) => h.process), 'the old engine still holds its memory').toEqual(['VLLM::EngineCore']);
+    // The memory comes back: the wait ends, and vLLM starts on this first attempt.
+    expect(releaseStopped(uuid)).toBe(stopped[0]!.mib);
+    const started = await until('the wrapped pod Ready again', async () => {
+      const pod = await podOf(NS, 'vllm-wrapped');
+      return pod?.ready ? pod : undefined;
+    });
+    expect({ uid: started.uid, restarts: started.restarts }).toEqual({ uid: before.wrapped, restarts: 1 });
+    expect((await eventsOf(NS, started.uid)).filter((e) => e.reason === 'BackOff')).toEqual([]);
+    const log = k.kubectlOk(['logs', '-n', NS, started.raw.metadata.name, '-c', 'model']);
+    expect(log).toMatch(/Starting vLLM API server on http:\/\/0\.0\.0\.0:8000/);
+    expect(log).not.toMatch(/ValueError/);
+  }, 120_000);
+});
