@@ -30,10 +30,10 @@ node_net=198.18.0
 node_ip=$node_net.1
 node_bridge=vpt-br0
 node_cgroup=vram-preflight-node
-# The node's taint: only pods of namespaces labelled $node_opt_in land on it (a
-# MutatingAdmissionPolicy adds the toleration there), so that the pods other tests
-# only store are never run.
-node_taint_key=vram-preflight.test/node
+# The node's scheduler (kube-scheduler with one profile of this name) schedules only
+# the pods of namespaces labelled $node_opt_in=true (a MutatingAdmissionPolicy gives
+# them to it); the many pods other tests only store are never looked at, as before.
+node_scheduler=vram-preflight-test-scheduler
 node_opt_in=vram-preflight.test/node
 node_lock=${VRAM_PREFLIGHT_NODE_LOCK:-/run/lock/vram-preflight-test-node.lock}
 gpu_count=4
@@ -235,8 +235,6 @@ authentication:
   x509: {clientCAFile: $dir/pki/ca.crt}
 authorization:
   mode: Webhook
-registerWithTaints:
-- {key: $node_taint_key, value: opt-in, effect: NoSchedule}
 clusterDNS: [$node_ip]
 clusterDomain: cluster.local"
   fi
@@ -412,9 +410,17 @@ node_start() { # <dir> <api port>
     --kubeconfig "$dir/kubelet.kubeconfig" --root-dir "$dir/kubelet/root" --cert-dir "$dir/kubelet/pki" \
     --hostname-override "$node_name" --node-ip "$node_ip" --node-labels nvidia.com/gpu.present=true)
   echo "KUBELET_PID=$KUBELET_PID" >>"$state"
-  SCHEDULER_PID=$(start "$dir/kube-scheduler.log" "$bin/kube-scheduler" --kubeconfig "$dir/scheduler.kubeconfig" \
+  cat >"$dir/kube-scheduler.yaml" <<EOF
+apiVersion: kubescheduler.config.k8s.io/v1
+kind: KubeSchedulerConfiguration
+clientConnection: {kubeconfig: $dir/scheduler.kubeconfig}
+leaderElection: {leaderElect: false}
+profiles:
+- schedulerName: $node_scheduler
+EOF
+  SCHEDULER_PID=$(start "$dir/kube-scheduler.log" "$bin/kube-scheduler" --config "$dir/kube-scheduler.yaml" \
     --authentication-kubeconfig "$dir/scheduler.kubeconfig" --authorization-kubeconfig "$dir/scheduler.kubeconfig" \
-    --bind-address 127.0.0.1 --secure-port "$(free_port)" --leader-elect=false)
+    --bind-address 127.0.0.1 --secure-port "$(free_port)")
   echo "SCHEDULER_PID=$SCHEDULER_PID" >>"$state"
   cat >"$dir/kube-proxy.yaml" <<EOF
 apiVersion: kubeproxy.config.k8s.io/v1alpha1
@@ -435,7 +441,8 @@ EOF
   wait_for 60 "$dir/kubelet.log" "the kubelet's device-plugin socket" test -S /var/lib/kubelet/device-plugins/kubelet.sock
   PLUGIN_PID=$(start_in_node "$dir/fakegpu-plugin.log" "$bin/fakegpu-plugin" --ledger "$dir/ledger" --container-dir "$gpu_container_dir")
   echo "PLUGIN_PID=$PLUGIN_PID" >>"$state"
-  # RuntimeClass nvidia (runc here, as on a GPU Operator's node) and the opt-in toleration.
+  # RuntimeClass nvidia (runc here, as on a GPU Operator's node), and the opted-in
+  # namespaces' pods given to the node's scheduler.
   "$bin/kubectl" --kubeconfig "$cache/kubeconfig" apply --server-side --field-manager=vram-preflight-test-node -f - >/dev/null <<EOF
 apiVersion: node.k8s.io/v1
 kind: RuntimeClass
@@ -449,17 +456,14 @@ spec:
   matchConstraints:
     resourceRules: [{apiGroups: [""], apiVersions: [v1], operations: [CREATE], resources: [pods]}]
   matchConditions:
-  - name: not-tolerating-yet
-    expression: "!has(object.spec.tolerations) || !object.spec.tolerations.exists(t, has(t.key) && t.key == '$node_taint_key')"
+  - name: for-the-default-scheduler
+    expression: "!has(object.spec.schedulerName) || object.spec.schedulerName == 'default-scheduler'"
   failurePolicy: Fail
   reinvocationPolicy: Never
   mutations:
   - patchType: JSONPatch
     jsonPatch:
-      expression: >-
-        has(object.spec.tolerations)
-        ? [JSONPatch{op: "add", path: "/spec/tolerations/-", value: Object.spec.tolerations{key: "$node_taint_key", operator: "Exists", effect: "NoSchedule"}}]
-        : [JSONPatch{op: "add", path: "/spec/tolerations", value: [Object.spec.tolerations{key: "$node_taint_key", operator: "Exists", effect: "NoSchedule"}]}]
+      expression: '[JSONPatch{op: "add", path: "/spec/schedulerName", value: "$node_scheduler"}]'
 ---
 apiVersion: admissionregistration.k8s.io/v1
 kind: MutatingAdmissionPolicyBinding
@@ -569,6 +573,7 @@ node_env() {
   echo "VRAM_PREFLIGHT_NODE=$node_name"
   echo "VRAM_PREFLIGHT_NODE_IP=$node_ip"
   echo "VRAM_PREFLIGHT_NODE_OPT_IN_LABEL=$node_opt_in=true"
+  echo "VRAM_PREFLIGHT_NODE_SCHEDULER=$node_scheduler"
   echo "VRAM_PREFLIGHT_NODE_GPUS=$gpu_count"
   echo "VRAM_PREFLIGHT_FAKE_GPU_DIR=$DIR/ledger"
   echo "VRAM_PREFLIGHT_FAKE_GPU_CONTAINER_DIR=$gpu_container_dir"
