@@ -320,6 +320,18 @@ take_node_lock() {
   mkdir -p "$(dirname "$node_lock")"
   exec 9>>"$node_lock"
   if ! flock -n 9; then
+    # This checkout's own, from a run whose state is lost (up then down own the lock
+    # through the state): end its holder, and take the lock.
+    local owner holder
+    owner=$(cat "$node_lock" 2>/dev/null || true)
+    holder=$(sed -n 's/.* lock held by pid \([0-9]*\) .*/\1/p' <<<"$owner")
+    if [ "${owner%%, lock held*}" = "$state" ] && [ -n "$holder" ] && ! grep -qx "LOCK_PID=$holder" "$state" 2>/dev/null; then
+      log "the node lock is held by this checkout's own interrupted run (pid $holder): taking it back"
+      kill -TERM "$holder" 2>/dev/null || true
+      flock -w 10 9 || true
+    fi
+  fi
+  if ! flock -n 9; then
     exec 9>&-
     NODE_ERROR="another checkout's node runs on this machine ($(cat "$node_lock" 2>/dev/null || echo "owner unknown")): only one node runs per machine (cgroups, iptables); run scripts/cluster.sh down there, then scripts/cluster.sh up here"
     return 1

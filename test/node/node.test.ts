@@ -7,6 +7,8 @@
  * - kube-scheduler places each on the node; the kubelet finds the image in
  *   containerd's store, runc runs it under the pod's cgroup memory limit, the
  *   readinessProbe makes it Ready, and the device plugin gave it one fake GPU;
+ * - kube-proxy leads this host to it through a Service's cluster IP, and the
+ *   pod to the API server through the kubernetes Service;
  * - `kubectl exec … -- kill -TERM 1` makes the kubelet restart it in place
  *   (restartCount + 1, the same pod), while the old engine's memory is not
  *   given back (VLLM_STANDIN_RELEASE_SECONDS=600: the incident's slow
@@ -89,11 +91,12 @@ beforeAll(async () => {
   await nodeNamespace(NS);
   await idleGpus(NS);
   // The plain one starts while the CLI is built for the other.
-  k.applyObjects([deployment('vllm-plain', n.image)]);
+  k.applyObjects([deployment('vllm-plain', n.image), { apiVersion: 'v1', kind: 'Service', metadata: { name: 'vllm-plain', namespace: NS }, spec: { selector: { app: 'vllm-plain' }, ports: [{ port: 80, targetPort: 8000 }] } }]);
   const wrappedDeployment = wrap(deployment('vllm-wrapped', n.image), k.buildBundle(dir));
   expect(k.isWrapped(wrappedDeployment.spec.template.spec.containers[0]), 'the CLI wraps the stand-in as it wraps vLLM').toBe(true);
   k.applyObjects([wrappedDeployment]);
   [plain, wrapped] = await Promise.all([readyPod('vllm-plain'), readyPod('vllm-wrapped')]);
+  expect([plain.restarts, wrapped.restarts], 'both started at the first attempt on idle GPUs').toEqual([0, 0]);
   const script = 'echo "$NVIDIA_VISIBLE_DEVICES"; cat /sys/fs/cgroup/memory.max 2>/dev/null || cat /sys/fs/cgroup/memory/memory.limit_in_bytes; nvidia-smi --query-gpu=index,uuid,memory.total,memory.used,memory.free,memory.reserved --format=csv,noheader,nounits';
   inside = Object.fromEntries([plain, wrapped].map((p) => {
     const [uuid, limit, smi] = exec(p, ['sh', '-c', script]).trim().split('\n');
@@ -136,6 +139,17 @@ describe('the vLLM stand-in on a real node: kubelet, containerd, runc, kube-sche
     expect(inside[plain.raw.metadata.name]!.uuid, 'two pods, two GPUs').not.toBe(inside[wrapped.raw.metadata.name]!.uuid);
   });
 
+  it('kube-proxy: this host reaches the stand-in at its Service\'s cluster IP, and the pod reaches the API server at the kubernetes Service', async () => {
+    const clusterIp = (await k.api('GET', `/api/v1/namespaces/${NS}/services/vllm-plain`)).json().spec.clusterIP as string;
+    expect(clusterIp.startsWith(`${k.SERVICE_NET}.`)).toBe(true);
+    // The endpoint is published once the pod is Ready; kube-proxy writes its rules at most once a second.
+    const status = await until(`http://${clusterIp}/health`, () => fetch(`http://${clusterIp}/health`, { signal: AbortSignal.timeout(2000) }).then((r) => r.status, () => undefined), 30_000);
+    expect(status).toBe(200);
+    // In-cluster: KUBERNETES_SERVICE_HOST is the kubernetes Service's cluster IP, which kube-proxy leads to the API server
+    // (a TCP connection: busybox's wget has no TLS the API server accepts).
+    expect(exec(plain, ['sh', '-c', 'echo $KUBERNETES_SERVICE_HOST:$KUBERNETES_SERVICE_PORT; nc -w 5 $KUBERNETES_SERVICE_HOST $KUBERNETES_SERVICE_PORT </dev/null && echo reached']).trim().split('\n')).toEqual([`${k.SERVICE_NET}.1:443`, 'reached']);
+  });
+
   it('kill -TERM 1: the kubelet restarts each in place; without the wrap vLLM\'s check fails (logs --previous, BackOff), with it the start waits and succeeds at once', async () => {
     for (const pod of [plain, wrapped]) exec(pod, ['kill', '-TERM', '1']);
     await Promise.all([plainFails(), wrappedWaitsThenStarts()]);
@@ -146,10 +160,11 @@ describe('the vLLM stand-in on a real node: kubelet, containerd, runc, kube-sche
 async function plainFails(): Promise<void> {
   const failed = await until('the plain pod\'s restarted container fails', async () => {
     const pod = await podOf(NS, 'vllm-plain');
-    return pod && pod.restarts >= 1 && pod.lastState?.terminated?.exitCode === 1 ? pod : undefined;
+    // The kubelet shows the failed container as terminated until its back-off ends, then as the last state.
+    return pod && pod.restarts >= 1 && (pod.state?.terminated?.exitCode === 1 || pod.lastState?.terminated?.exitCode === 1) ? pod : undefined;
   });
   expect(failed.uid).toBe(plain.uid);
-  // As an operator reads it. (Asked again while the kubelet, between two attempts, has no previous container to show.)
+  // As an operator reads it. (Asked again if the kubelet is between two attempts.)
   const vllmError = /ValueError: Free memory on device cuda:0 \(\d+\.\d+\/79\.33 GiB\) on startup is less than desired GPU memory utilization \(0\.9, 71\.4 GiB\)\. Decrease GPU memory utilization or reduce GPU memory used by other processes\./;
   const previous = await until('kubectl logs --previous shows vLLM\'s error', async () => {
     const r = k.kubectl(['logs', '-n', NS, failed.raw.metadata.name, '-c', 'model', '--previous']);
