@@ -56,7 +56,7 @@ stamp_of() { sha256sum | cut -c1-16; }
 node_build() {
   local started=$SECONDS want built=0
   # The fake GPU and the stand-in: standard library only, seconds.
-  want=$( (cat "$standin_module/go.mod"; find "$standin_module" -name '*.go' -type f | LC_ALL=C sort | xargs cat; go version) | stamp_of)
+  want=$( (cat "$standin_module/go.mod"; find "$standin_module" -name '*.go' -type f | LC_ALL=C sort | xargs cat; echo "$go_version") | stamp_of)
   if [ "$(cat "$bin/.stamp-standin" 2>/dev/null)" != "$want" ] || [ ! -x "$bin/fake-gpu" ] || [ ! -x "$bin/pause" ]; then
     (cd "$standin_module" && CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o "$bin/" ./cmd/fake-gpu ./cmd/pause)
     built=1
@@ -65,7 +65,7 @@ node_build() {
   # containerd, its runc shim, ctr (to import the images), the CNI plugins.
   local containerd_ldflags
   containerd_ldflags="-s -w -X github.com/containerd/containerd/v2/version.Version=$(containerd_version)"
-  want=$(cat "$node_module/go.mod" "$node_module/go.sum" <(go version) <(echo "$containerd_ldflags") | stamp_of)
+  want=$(cat "$node_module/go.mod" "$node_module/go.sum" <(echo "$go_version") <(echo "$containerd_ldflags") | stamp_of)
   if [ "$(cat "$bin/.stamp-node" 2>/dev/null)" != "$want" ] || [ ! -x "$bin/containerd" ] || [ ! -x "$bin/cni/bridge" ]; then
     log "building containerd $(containerd_version) and the CNI plugins from Go modules (test/cluster/node)"
     mkdir -p "$bin/cni"
@@ -411,8 +411,8 @@ node_start_runtime() { # <dir>
   done
 }
 
-# The kubelet, the device plugin, kube-proxy and kube-scheduler; then the cluster
-# objects of the node. Needs the API server.
+# The kubelet, the device plugin, kube-proxy and kube-scheduler: started while the
+# API server starts (they wait for it), so that their own start-ups overlap its.
 node_start() { # <dir> <api port>
   local dir=$1 api_port=$2
   kubeconfig "$dir/kubelet.kubeconfig" "$dir" "$api_port" kubelet-client
@@ -422,6 +422,7 @@ node_start() { # <dir> <api port>
     --kubeconfig "$dir/kubelet.kubeconfig" --root-dir "$dir/kubelet/root" --cert-dir "$dir/kubelet/pki" \
     --hostname-override "$node_name" --node-ip "$node_ip" --node-labels nvidia.com/gpu.present=true)
   echo "KUBELET_PID=$KUBELET_PID" >>"$state"
+  local scheduler_port=${ports[0]} proxy_healthz_port=${ports[1]} proxy_metrics_port=${ports[2]}
   cat >"$dir/kube-scheduler.yaml" <<EOF
 apiVersion: kubescheduler.config.k8s.io/v1
 kind: KubeSchedulerConfiguration
@@ -432,7 +433,7 @@ profiles:
 EOF
   SCHEDULER_PID=$(start "$dir/kube-scheduler.log" "$bin/kube-scheduler" --config "$dir/kube-scheduler.yaml" \
     --authentication-kubeconfig "$dir/scheduler.kubeconfig" --authorization-kubeconfig "$dir/scheduler.kubeconfig" \
-    --bind-address 127.0.0.1 --secure-port "$(free_port)")
+    --bind-address 127.0.0.1 --secure-port "$scheduler_port")
   echo "SCHEDULER_PID=$SCHEDULER_PID" >>"$state"
   cat >"$dir/kube-proxy.yaml" <<EOF
 apiVersion: kubeproxy.config.k8s.io/v1alpha1
@@ -442,17 +443,22 @@ clientConnection: {kubeconfig: $dir/kube-proxy.kubeconfig}
 hostnameOverride: $node_name
 clusterCIDR: $node_net.0/24
 detectLocalMode: ClusterCIDR
-healthzBindAddress: 127.0.0.1:$(free_port)
-metricsBindAddress: 127.0.0.1:$(free_port)
+healthzBindAddress: 127.0.0.1:$proxy_healthz_port
+metricsBindAddress: 127.0.0.1:$proxy_metrics_port
 # This machine's conntrack settings are left as they are.
 conntrack: {maxPerCore: 0, min: 0, tcpEstablishedTimeout: 0s, tcpCloseWaitTimeout: 0s}
 iptables: {localhostNodePorts: false, minSyncPeriod: 1s, syncPeriod: 30s}
 EOF
   PROXY_PID=$(start_in_node "$dir/kube-proxy.log" "$bin/kube-proxy" --config "$dir/kube-proxy.yaml")
   echo "PROXY_PID=$PROXY_PID" >>"$state"
-  wait_for 60 "$dir/kubelet.log" "the kubelet's device-plugin socket" test -S /var/lib/kubelet/device-plugins/kubelet.sock
+  # (It registers once the kubelet's device-plugin socket is there, and again whenever the kubelet restarts.)
   PLUGIN_PID=$(start_in_node "$dir/fakegpu-plugin.log" "$bin/fakegpu-plugin" --ledger "$dir/ledger" --container-dir "$gpu_container_dir")
   echo "PLUGIN_PID=$PLUGIN_PID" >>"$state"
+}
+
+# The node's objects, then the node Ready with its GPUs. Needs the API server.
+node_finish() { # <dir>
+  local dir=$1
   # RuntimeClass nvidia (runc here, as on a GPU Operator's node), and the opted-in
   # namespaces' pods given to the node's scheduler.
   "$bin/kubectl" --kubeconfig "$cache/kubeconfig" apply --server-side --field-manager=vram-preflight-test-node -f - >/dev/null <<EOF
@@ -515,9 +521,11 @@ node_cleanup() { # <dir>
   if [ -x "$bin/kube-proxy" ] && { iptables -w -t nat -n -L KUBE-SERVICES >/dev/null 2>&1 || nft list table ip kube-proxy >/dev/null 2>&1; }; then
     "$bin/kube-proxy" --cleanup >/dev/null 2>&1 || true
   fi
-  local ipt table chain
+  local ipt table chain rules
   for ipt in iptables ip6tables; do
     command -v "$ipt" >/dev/null || continue
+    rules=$("$ipt-save" 2>/dev/null || true)
+    grep -q -- '-N KUBE-' <<<"$rules" || continue
     for chain in INPUT OUTPUT; do
       while "$ipt" -w -t filter -D "$chain" -j KUBE-FIREWALL 2>/dev/null; do :; done
     done

@@ -63,6 +63,7 @@ write_stamp() { rm -f "$1" && echo "$2" >"$1"; }
 
 build() {
   command -v go >/dev/null || { log "needs Go 1.26 (https://go.dev/dl) on PATH"; exit 1; }
+  go_version=$(go version)
   local version
   version=$(k8s_version)
   [ -n "$version" ] || { log "cannot read the k8s.io/kubernetes version from $module/go.mod"; exit 1; }
@@ -77,7 +78,7 @@ build() {
   # The binaries are kept while go.mod, go.sum, Go, the build's flags, the list of
   # commands and the device plugin's source are the same.
   local want stamp="$bin/.stamp" command have=1
-  want=$(cat "$module/go.mod" "$module/go.sum" "$lws_module/go.mod" "$lws_module/go.sum" "$module"/fakegpu-plugin/*.go <(go version) <(echo "$tags $ldflags kuberay $kuberay_version ${k8s_commands[*]}") | sha256sum | cut -c1-16)
+  want=$(cat "$module/go.mod" "$module/go.sum" "$lws_module/go.mod" "$lws_module/go.sum" "$module"/fakegpu-plugin/*.go <(echo "$go_version") <(echo "$tags $ldflags kuberay $kuberay_version ${k8s_commands[*]}") | sha256sum | cut -c1-16)
   for command in "${k8s_commands[@]}" etcd ray-operator lws-controller fakegpu-plugin; do
     [ -x "$bin/$command" ] || have=0
   done
@@ -96,8 +97,10 @@ build() {
   log "built in $((SECONDS - started)) s: $(du -sh "$bin" | cut -f1) of binaries"
 }
 
-free_port() {
-  node -e 'const s=require("net").createServer();s.listen(0,"127.0.0.1",()=>{process.stdout.write(String(s.address().port));s.close()})'
+# Ports free on this machine now, one a line: all in one node process (each start of
+# node costs a fraction of a second), for every listener of up.
+free_ports() { # <count>
+  node -e 'const net=require("net");const n=+process.argv[1];const ss=[];let k=0;for(let i=0;i<n;i++){const s=net.createServer();ss.push(s);s.listen(0,"127.0.0.1",()=>{if(++k===n){process.stdout.write(ss.map((x)=>x.address().port).join("\n")+"\n");ss.forEach((x)=>x.close())}})}' "$1"
 }
 
 # state file: one NAME=value per line, written by up, read by env and down.
@@ -143,11 +146,17 @@ pki() { # <dir>
   local ec=(-newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes)
   openssl req -x509 "${ec[@]}" -days 7 -subj /CN=vram-preflight-test-cluster-ca -keyout "$p/ca.key" -out "$p/ca.crt" \
     -addext basicConstraints=critical,CA:TRUE -addext keyUsage=critical,keyCertSign,cRLSign 2>/dev/null
+  # Each certificate is made beside the others (a serial of its own), then all are waited for.
+  local serial=1000 jobs=()
   sign() { # <name> <subject> <extensions>
-    printf '%s\n' "$3" >"$p/$1.ext"
-    openssl req -new "${ec[@]}" -subj "$2" -keyout "$p/$1.key" -out "$p/$1.csr" 2>/dev/null
-    openssl x509 -req -in "$p/$1.csr" -CA "$p/ca.crt" -CAkey "$p/ca.key" -CAcreateserial -days 7 \
-      -extfile "$p/$1.ext" -out "$p/$1.crt" 2>/dev/null
+    serial=$((serial + 1))
+    {
+      printf '%s\n' "$3" >"$p/$1.ext"
+      openssl req -new "${ec[@]}" -subj "$2" -keyout "$p/$1.key" -out "$p/$1.csr" 2>/dev/null
+      openssl x509 -req -in "$p/$1.csr" -CA "$p/ca.crt" -CAkey "$p/ca.key" -set_serial "$serial" -days 7 \
+        -extfile "$p/$1.ext" -out "$p/$1.crt" 2>/dev/null
+    } &
+    jobs+=($!)
   }
   sign apiserver /CN=kube-apiserver "subjectAltName=IP:127.0.0.1,IP:$service_net.1,IP:$node_ip,DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local
 extendedKeyUsage=serverAuth"
@@ -157,6 +166,8 @@ extendedKeyUsage=serverAuth"
   [ "$NODE" != 1 ] || node_pki
   openssl genrsa -out "$p/sa.key" 2048 2>/dev/null
   openssl rsa -in "$p/sa.key" -pubout -out "$p/sa.pub" 2>/dev/null
+  local job
+  for job in "${jobs[@]}"; do wait "$job" || { log "openssl could not make the cluster's certificates in $p"; exit 1; }; done
 }
 
 kubeconfig() { # <file> <dir> <port> <user cert name>
@@ -189,7 +200,8 @@ start() { # <logfile> <command…>: a new session, so that `down` can end the wh
 }
 
 up() {
-  if read_state && alive "${APISERVER_PID:-}" && ready "$DIR" "$APISERVER_HOST" "$APISERVER_PORT"; then
+  # Up, and all of it (an interrupted up left no UP_COMPLETE): kept.
+  if read_state && [ "${UP_COMPLETE:-}" = 1 ] && alive "${APISERVER_PID:-}" && ready "$DIR" "$APISERVER_HOST" "$APISERVER_PORT"; then
     log "already up (kube-apiserver on https://$APISERVER_HOST:$APISERVER_PORT; $(if [ "${NODE:-}" = 1 ]; then echo "node $node_name"; else echo "no node: ${NODE_ERROR:-}"; fi))"
     return 0
   fi
@@ -200,11 +212,11 @@ up() {
     log "this machine's network already uses $service_net.0/24, the range the test cluster gives Services"
     exit 1
   fi
-  local dir etcd_port peer_port api_port started=$SECONDS
+  local dir etcd_port peer_port api_port kcm_port ports started=$SECONDS
   dir=$(mktemp -d "${TMPDIR:-/tmp}/vram-preflight-cluster.XXXXXX")
-  etcd_port=$(free_port)
-  peer_port=$(free_port)
-  api_port=$(free_port)
+  mapfile -t ports < <(free_ports 10)
+  etcd_port=${ports[0]} peer_port=${ports[1]} api_port=${ports[2]} kcm_port=${ports[3]}
+  ports=("${ports[@]:4}")
   mkdir -p "$cache"
   {
     echo "DIR=$dir"
@@ -228,7 +240,8 @@ up() {
   # containerd and the images meanwhile: they need nothing of the API server.
   local runtime_job=''
   if [ "$NODE" = 1 ]; then
-    kubelet_port=$(free_port) kubelet_healthz_port=$(free_port)
+    kubelet_port=${ports[0]} kubelet_healthz_port=${ports[1]}
+    ports=("${ports[@]:2}")
     node_config "$dir" cluster
     node_start_runtime "$dir" &
     runtime_job=$!
@@ -269,6 +282,10 @@ up() {
     --audit-policy-file "$dir/audit-policy.yaml" --audit-log-path "$dir/audit.log" --audit-log-format json \
     --audit-log-mode blocking)
   echo "APISERVER_PID=$api_pid" >>"$state"
+  if [ "$NODE" = 1 ]; then
+    wait "$runtime_job" || { log "containerd did not start, or the images did not import; the end of $dir/containerd.log:"; tail -n 30 "$dir/containerd.log" >&2 || true; exit 1; }
+    node_start "$dir" "$api_port"
+  fi
   wait_for 90 "$dir/kube-apiserver.log" kube-apiserver ready "$dir" "$api_host" "$api_port"
 
   kubeconfig "$cache/kubeconfig" "$dir" "$api_port" admin
@@ -280,17 +297,15 @@ up() {
     --kubeconfig "$dir/controller-manager.kubeconfig" \
     --authentication-kubeconfig "$dir/controller-manager.kubeconfig" \
     --authorization-kubeconfig "$dir/controller-manager.kubeconfig" \
-    --bind-address 127.0.0.1 --secure-port "$(free_port)" \
+    --bind-address 127.0.0.1 --secure-port "$kcm_port" \
     --leader-elect=false --controllers '*' --use-service-account-credentials \
     --service-account-private-key-file "$p/sa.key" --root-ca-file "$p/ca.crt")
   echo "KCM_PID=$kcm_pid" >>"$state"
-  if [ "$NODE" = 1 ]; then
-    wait "$runtime_job" || { log "containerd did not start, or the images did not import; the end of $dir/containerd.log:"; tail -n 30 "$dir/containerd.log" >&2 || true; exit 1; }
-    node_start "$dir" "$api_port"
-  fi
+  [ "$NODE" != 1 ] || node_finish "$dir"
   # Ready when the service account controller has made the default namespace's account.
   wait_for 60 "$dir/kube-controller-manager.log" kube-controller-manager \
     "$bin/kubectl" --kubeconfig "$cache/kubeconfig" -n default get serviceaccount default -o name >/dev/null 2>&1
+  echo "UP_COMPLETE=1" >>"$state"
   log "up in $((SECONDS - started)) s: kube-apiserver https://$api_host:$api_port, $(if [ "$NODE" = 1 ]; then echo "node $node_name ($gpu_count nvidia.com/gpu)"; else echo "no node"; fi), data in $dir"
 }
 
