@@ -525,7 +525,7 @@ node_cleanup() { # <dir>
   for ipt in iptables ip6tables; do
     command -v "$ipt" >/dev/null || continue
     rules=$("$ipt-save" 2>/dev/null || true)
-    grep -q -- '-N KUBE-' <<<"$rules" || continue
+    grep -q 'KUBE-' <<<"$rules" || continue
     for chain in INPUT OUTPUT; do
       while "$ipt" -w -t filter -D "$chain" -j KUBE-FIREWALL 2>/dev/null; do :; done
     done
@@ -555,7 +555,13 @@ node_cleanup() { # <dir>
   fi
   rmdir /run/containerd/s /run/containerd/fifo /run/containerd/runc/k8s.io /run/containerd/runc /run/containerd 2>/dev/null || true
   rmdir /var/log/containers 2>/dev/null || true
+  # CNI's result cache: our network's, and those of the sandboxes' loopback.
   rm -f /var/lib/cni/results/vram-preflight-test-*
+  if [ -n "$dir" ]; then
+    for task in "$dir"/containerd/root/io.containerd.grpc.v1.cri/sandboxes/*/; do
+      [ -d "$task" ] && rm -f /var/lib/cni/results/*-"$(basename "$task")"-*
+    done
+  fi
   rmdir /var/lib/cni/results /var/lib/cni 2>/dev/null || true
   rm -f /var/lib/kubelet/device-plugins/kubelet.sock /var/lib/kubelet/device-plugins/fake-gpu.sock /var/lib/kubelet/device-plugins/kubelet_internal_checkpoint
   rmdir /var/lib/kubelet/device-plugins /var/lib/kubelet 2>/dev/null || true

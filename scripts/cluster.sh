@@ -14,6 +14,9 @@
 #   scripts/cluster.sh env     print KUBECONFIG=… and the other paths tests read, as shell
 #                              assignments: eval "$(scripts/cluster.sh env)"
 #   scripts/cluster.sh down    stop exactly the processes `up` started; remove their data
+#   scripts/cluster.sh node-config DIR [cluster|standalone]
+#                              write the node's kubelet, containerd and CNI configuration
+#                              only (standalone: a kubelet without an API server)
 #
 # Everything listens on ports picked free at start, on 127.0.0.1, except the API
 # server and the kubelet: they listen on the node's address (198.18.0.1, on the
@@ -26,10 +29,12 @@
 # says why in VRAM_PREFLIGHT_NODE_ERROR. Only the tests use it; the product is
 # TypeScript.
 #
-# Times on a 2-core machine: the node's first build (containerd, the CNI plugins,
-# kubelet, kube-scheduler, kube-proxy and the device plugin with the control
-# plane's Go caches warm, the images) NODE_FIRST_BUILD; `up` with the node,
-# binaries built, NODE_WARM_UP.
+# Times on a 2-core machine shared with other builds (load 7-15): the node's first
+# build, with the control plane's Go caches warm (containerd, its shim, ctr, the CNI
+# plugins, the stand-in and its images: 953 s; kubelet, kube-scheduler, kube-proxy and
+# the device plugin, the control plane relinked: 259 s) took 20 min and 8.5 CPU
+# minutes, so about 5 minutes on an idle machine; `up` with the node, binaries
+# built, 18-20 s (11-14 s without it); down 16 s.
 set -euo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -86,7 +91,7 @@ build() {
     return 0
   fi
   local started=$SECONDS
-  log "building ${k8s_commands[*]} $version, etcd, KubeRay's operator $kuberay_version, LeaderWorkerSet's controller $(lws_version) and the fake GPUs' device plugin from Go modules (the first build took 15.5 min on 2 cores with empty Go caches, the node's commands NODE_K8S_BUILD more; later ones reuse them)"
+  log "building ${k8s_commands[*]} $version, etcd, KubeRay's operator $kuberay_version, LeaderWorkerSet's controller $(lws_version) and the fake GPUs' device plugin from Go modules (the first build took 15.5 min on 2 cores with empty Go caches, and the node's about 5 more; later ones reuse them)"
   (cd "$module" && CGO_ENABLED=0 go build -trimpath -tags "$tags" -ldflags "$ldflags" -o "$bin/" \
     "${k8s_commands[@]/#/k8s.io/kubernetes/cmd/}" ./fakegpu-plugin)
   # etcd's module root is its main package: -o names the binary (else "v3").
