@@ -33,8 +33,8 @@
 # build, with the control plane's Go caches warm (containerd, its shim, ctr, the CNI
 # plugins, the stand-in and its images: 953 s; kubelet, kube-scheduler, kube-proxy and
 # the device plugin, the control plane relinked: 259 s) took 20 min and 8.5 CPU
-# minutes, so about 5 minutes on an idle machine; `up` with the node, binaries
-# built, 18-20 s (11-14 s without it); down 16 s.
+# minutes, so about 5 minutes on an idle machine. `up` with the node, binaries
+# built: 13.5 s at load 2 (11.5 s without it), 18-20 s at load 7 (11-14 s); down 13 s.
 set -euo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
