@@ -83,7 +83,7 @@ function credentialsDir(serviceAccount: string): string {
   writeFileSync(path.join(dir, 'namespace'), NS.ml);
   return dir;
 }
-const inCluster = (): Record<string, string> => ({ HOME: tempDir('pod-home'), KUBERNETES_SERVICE_HOST: '127.0.0.1', KUBERNETES_SERVICE_PORT: new URL(c.api).port });
+const inCluster = (): Record<string, string> => ({ HOME: tempDir('pod-home'), KUBERNETES_SERVICE_HOST: new URL(c.api).hostname, KUBERNETES_SERVICE_PORT: new URL(c.api).port });
 
 beforeAll(async () => {
   c = cluster();
