@@ -377,7 +377,9 @@ take_node_lock() {
   setsid sleep infinity </dev/null >/dev/null 2>&1 &
   LOCK_PID=$!
   exec 9>&-
-  sed -i "s/by pid $$/by pid $LOCK_PID/" "$node_lock"
+  # Rewritten in place (truncate and write): the lock is the file's inode, and a new file at
+  # the path (sed -i, mv) would be one that nobody holds.
+  echo "$state, lock held by pid $LOCK_PID from $(date -u +%FT%TZ)" >"$node_lock"
   echo "LOCK_PID=$LOCK_PID" >>"$state"
 }
 
