@@ -374,11 +374,15 @@ take_node_lock() {
     NODE_ERROR="another checkout's node runs on this machine ($(cat "$node_lock" 2>/dev/null || echo "owner unknown")): only one node runs per machine (cgroups, iptables); run scripts/cluster.sh down there, then scripts/cluster.sh up here"
     return 1
   fi
-  echo "$state, lock held by pid $$ from $(date -u +%FT%TZ)" >"$node_lock"
+  local since
+  since=$(date -u +%FT%TZ)
+  echo "$state, lock held by pid $$ from $since" >"$node_lock"
   setsid sleep infinity </dev/null >/dev/null 2>&1 &
   LOCK_PID=$!
   exec 9>&-
-  sed -i "s/by pid $$/by pid $LOCK_PID/" "$node_lock"
+  # Rewritten in place (the same file, the one flock holds): sed -i wrote a new file over
+  # it, a lock nobody held, and every other checkout's up then took the node at once.
+  echo "$state, lock held by pid $LOCK_PID from $since" >"$node_lock"
   echo "LOCK_PID=$LOCK_PID" >>"$state"
 }
 
