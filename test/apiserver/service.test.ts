@@ -66,7 +66,14 @@ async function waitFor(what: string, check: () => Promise<boolean>, ms = 60_000)
     await k.sleep(100);
   }
   const pods = await chartOnNode.webhookPods(chart).catch(() => []);
-  throw new Error(`${what}: not within ${ms / 1000} s; the chart's pods: ${JSON.stringify(pods.map((p) => ({ name: p.name, ready: p.ready, terminating: p.terminating, restarts: p.restarts, state: p.state })))}`);
+  const seen = await Promise.all(
+    pods.map(async (p) => {
+      const events = ((await k.api('GET', `/api/v1/namespaces/${NS}/events?fieldSelector=${encodeURIComponent(`involvedObject.uid=${p.uid}`)}`)).json().items as k.Plain[]).map((e) => `${e.reason}: ${e.message}`);
+      const log = k.kubectl(['logs', '-n', NS, p.name, '-c', 'webhook', '--tail', '20']).stdout;
+      return `${p.name} (ready ${p.ready}, terminating ${p.terminating}, restarts ${p.restarts}, ${JSON.stringify(p.state)}):\n  events: ${events.join('; ')}\n  log: ${log}`;
+    }),
+  );
+  throw new Error(`${what}: not within ${ms / 1000} s; the chart's pods:\n${seen.join('\n')}`);
 }
 
 /** Until a dry run through the Service is wrapped: the endpoints reached the API server and the kube-proxy. */
