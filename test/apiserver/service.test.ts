@@ -361,11 +361,18 @@ describe('hardening rows 1-3 under the kernel\'s memory limit: no OOM kill, no r
   const max = (list: number[]) => Math.max(...list);
   const median = (list: number[]) => [...list].sort((a, b) => a - b)[Math.floor(list.length / 2)]!;
 
+  /** The cgroup's charge before a step, and its peak started afresh (cgroup v1) so that the step's own peak is read after it. */
+  let before = '';
+  function fresh(): void {
+    before = mib(chartOnNode.cgroupMemory(pid).usage);
+    if (!chartOnNode.resetPeak(pid)) before += ' (peak since the start: cgroup v2)';
+  }
+
   /** The container as the kernel and the kubelet see it: within its limit, never OOM-killed, never restarted. */
   async function intact(row: number): Promise<string> {
     const memory = chartOnNode.cgroupMemory(pid);
     const pod = (await chartOnNode.webhookPods(chart)).find((p) => p.name === target.name)!;
-    const seen = `cgroup peak ${mib(memory.peak)} of ${mib(memory.limit)} MiB, limit hit ${memory.hitLimit} times, OOM kills ${memory.oomKills}; process peak RSS ${chartOnNode.peakRssMiB(pid).toFixed(0)} MiB; restartCount ${pod.restarts}`;
+    const seen = `cgroup charge ${before} MiB before, peak ${mib(memory.peak)} of ${mib(memory.limit)} MiB during it, limit hit ${memory.hitLimit} times, OOM kills ${memory.oomKills}; process peak RSS ${chartOnNode.peakRssMiB(pid).toFixed(0)} MiB (since its start); restartCount ${pod.restarts}`;
     expect(memory.limit, `row ${row}: ${seen}`).toBe(chartMemoryLimit());
     expect(memory.oomKills, `row ${row}: ${seen}`).toBe(0);
     expect({ restarts: pod.restarts, lastState: pod.lastState ?? {}, running: Boolean(pod.state?.running), pid: chartOnNode.containerPid(pod.containerId!) }, `row ${row}: ${seen}`).toEqual({ restarts: 0, lastState: {}, running: true, pid });
@@ -373,8 +380,10 @@ describe('hardening rows 1-3 under the kernel\'s memory limit: no OOM kill, no r
   }
 
   it(`row 1: ${ROW1.h2} concurrent 3.4 MiB bodies on one HTTP/2 connection, then ${ROW1.h1Rounds} x ${ROW1.h1} over HTTP/1.1`, async () => {
+    fresh();
     const h2 = await underAttack({ mode: 'h2-bodies', count: ROW1.h2, bytes: 3.4 * MiB });
     const afterH2 = await intact(1);
+    fresh();
     const h1 = await underAttack({ mode: 'h1-bodies', count: ROW1.h1, rounds: ROW1.h1Rounds, bytes: 3.4 * MiB });
     const seen = await intact(1);
     console.log(`[row 1 on the node] HTTP/2 bodies ${JSON.stringify(h2.attacker)}: ${afterH2}; HTTP/1.1 bodies ${JSON.stringify(h1.attacker)}: ${seen}; legitimate admission max ${max(h2.legitMs).toFixed(0)} / ${max(h1.legitMs).toFixed(0)} ms, median ${median(h2.legitMs).toFixed(0)} / ${median(h1.legitMs).toFixed(0)} ms`);
@@ -388,6 +397,7 @@ describe('hardening rows 1-3 under the kernel\'s memory limit: no OOM kill, no r
   }, 180_000);
 
   it(`row 2: ${ROW2_STREAMS} /mutate streams opened on one HTTP/2 connection: at most 100 at once, the rest refused, then the connection closed`, async () => {
+    fresh();
     const raw = await RawH2.connect(chart.containerPort, caFile, true, { host: target.ip!, servername: chart.serviceHost });
     const t0 = performance.now();
     // Headers only: each stream stays open, waiting for a body that never comes.
@@ -408,6 +418,7 @@ describe('hardening rows 1-3 under the kernel\'s memory limit: no OOM kill, no r
   }, 60_000);
 
   it(`row 3: ${ROW3_CONNECTIONS} idle kept-alive TLS connections: at most 512 stay open, a new connection is still answered`, async () => {
+    fresh();
     const run = await underAttack({ mode: 'idle', count: ROW3_CONNECTIONS }, 500);
     const closed = await metric('vram_preflight_webhook_limit_hits_total{limit="connections-idle-closed"}');
     // A connection that sends no request is also closed at the headers deadline (3 s, with a 408).

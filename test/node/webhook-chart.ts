@@ -17,7 +17,7 @@
  */
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
 import { createHash } from 'node:crypto';
-import { mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import * as k from '../apiserver/harness.js';
@@ -199,6 +199,8 @@ export function freeze(containerId: string, frozen: boolean): void {
 export interface CgroupMemory {
   /** the limit the kernel enforces, bytes */
   limit: number;
+  /** what the cgroup is charged now, bytes */
+  usage: number;
   /** the most the cgroup was charged (RSS, page cache, kernel memory), bytes */
   peak: number | undefined;
   /** times the cgroup hit its limit (v1's failcnt; v2's max events) */
@@ -207,27 +209,40 @@ export interface CgroupMemory {
   oomKills: number;
 }
 
-/** The memory cgroup of a process (cgroup v1 here, v2 elsewhere), as the kernel keeps it. */
-export function cgroupMemory(pid: number): CgroupMemory {
+function memoryCgroupDir(pid: number): { version: 1 | 2; dir: string } {
   const lines = readFileSync(`/proc/${pid}/cgroup`, 'utf8').split('\n');
   const v1 = lines.find((l) => /^\d+:([^:]*,)?memory(,[^:]*)?:/.test(l));
+  if (v1) return { version: 1, dir: path.join('/sys/fs/cgroup/memory', v1.slice(v1.indexOf(':', v1.indexOf(':') + 1) + 1)) };
+  const v2 = lines.find((l) => l.startsWith('0::'));
+  if (!v2) throw new Error(`no memory cgroup for pid ${pid}`);
+  return { version: 2, dir: path.join('/sys/fs/cgroup', v2.slice(3)) };
+}
+
+/** Starts the cgroup's peak afresh (cgroup v1: memory.max_usage_in_bytes); false where the kernel cannot (v2). */
+export function resetPeak(pid: number): boolean {
+  const { version, dir } = memoryCgroupDir(pid);
+  if (version !== 1) return false;
+  writeFileSync(`${dir}/memory.max_usage_in_bytes`, '0');
+  return true;
+}
+
+/** The memory cgroup of a process (cgroup v1 here, v2 elsewhere), as the kernel keeps it. */
+export function cgroupMemory(pid: number): CgroupMemory {
   const read = (file: string) => readFileSync(file, 'utf8').trim();
   const field = (text: string, name: string) => Number(new RegExp(`^${name} (\\d+)$`, 'm').exec(text)?.[1] ?? 0);
-  if (v1) {
-    const dir = path.join('/sys/fs/cgroup/memory', v1.slice(v1.indexOf(':', v1.indexOf(':') + 1) + 1));
+  const { version, dir } = memoryCgroupDir(pid);
+  if (version === 1) {
     return {
       limit: Number(read(`${dir}/memory.limit_in_bytes`)),
+      usage: Number(read(`${dir}/memory.usage_in_bytes`)),
       peak: Number(read(`${dir}/memory.max_usage_in_bytes`)),
       hitLimit: Number(read(`${dir}/memory.failcnt`)),
       oomKills: field(read(`${dir}/memory.oom_control`), 'oom_kill'),
     };
   }
-  const v2 = lines.find((l) => l.startsWith('0::'));
-  if (!v2) throw new Error(`no memory cgroup for pid ${pid}`);
-  const dir = path.join('/sys/fs/cgroup', v2.slice(3));
   const events = read(`${dir}/memory.events`);
   const peak = statSync(`${dir}/memory.peak`, { throwIfNoEntry: false }) ? Number(read(`${dir}/memory.peak`)) : undefined;
-  return { limit: Number(read(`${dir}/memory.max`)), peak, hitLimit: field(events, 'max'), oomKills: field(events, 'oom_kill') };
+  return { limit: Number(read(`${dir}/memory.max`)), usage: Number(read(`${dir}/memory.current`)), peak, hitLimit: field(events, 'max'), oomKills: field(events, 'oom_kill') };
 }
 
 /** A process's peak resident memory (VmHWM), MiB. */
