@@ -21,10 +21,9 @@ node_module="$module/node"
 standin_module="$module/standin"
 # The node's name, its address (the bridge's, which the API server binds and
 # advertises so that pods reach it through the kubernetes Service) and its pods'
-# range: RFC 2544's benchmarking range, never routed, as RFC 5737's three are all
-# taken: TEST-NET-1 (192.0.2.0/24) is CI's VMs' own network (eth0 192.0.2.2, the
-# gateway 192.0.2.1), TEST-NET-2 the Services', TEST-NET-3 the pods of the tests'
-# own kubelet (test/apiserver/kubelet.ts).
+# range: RFC 2544's benchmarking range, never routed: of RFC 5737's three,
+# TEST-NET-1 (192.0.2.0/24) is CI's VMs' own network (eth0 192.0.2.2, the
+# gateway 192.0.2.1) and TEST-NET-2 the Services'.
 node_name=vram-preflight-test-node
 node_net=198.18.0
 node_ip=$node_net.1
@@ -339,8 +338,10 @@ start_in_node() { # <logfile> <command…>
 
 node_procs() { # the pids in the node's cgroups
   local d
+  # (A missing directory is no failure: under pipefail it made `pids=$(node_procs)` end
+  # down before its cleanup, once something else had removed the node's cgroups.)
   for d in $(cgroup_dirs); do
-    [ -d "$d" ] && find "$d" -name cgroup.procs -exec cat {} + 2>/dev/null
+    [ ! -d "$d" ] || find "$d" -name cgroup.procs -exec cat {} + 2>/dev/null || true
   done | sort -u
 }
 
@@ -373,13 +374,15 @@ take_node_lock() {
     NODE_ERROR="another checkout's node runs on this machine ($(cat "$node_lock" 2>/dev/null || echo "owner unknown")): only one node runs per machine (cgroups, iptables); run scripts/cluster.sh down there, then scripts/cluster.sh up here"
     return 1
   fi
-  echo "$state, lock held by pid $$ from $(date -u +%FT%TZ)" >"$node_lock"
+  local since
+  since=$(date -u +%FT%TZ)
+  echo "$state, lock held by pid $$ from $since" >"$node_lock"
   setsid sleep infinity </dev/null >/dev/null 2>&1 &
   LOCK_PID=$!
   exec 9>&-
-  # Rewritten in place (truncate and write): the lock is the file's inode, and a new file at
-  # the path (sed -i, mv) would be one that nobody holds.
-  echo "$state, lock held by pid $LOCK_PID from $(date -u +%FT%TZ)" >"$node_lock"
+  # Rewritten in place (the same file, the one flock holds): sed -i wrote a new file over
+  # it, a lock nobody held, and every other checkout's up then took the node at once.
+  echo "$state, lock held by pid $LOCK_PID from $since" >"$node_lock"
   echo "LOCK_PID=$LOCK_PID" >>"$state"
 }
 

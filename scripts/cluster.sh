@@ -262,8 +262,7 @@ up() {
   wait_for 30 "$dir/etcd.log" etcd etcd_healthy "$etcd_port"
 
   # Services get addresses of RFC 5737's TEST-NET-2 (never routed): the node's
-  # kube-proxy leads them to their pods (without a node, the tests' own kube-proxy,
-  # test/apiserver/kube-proxy.ts, puts them on an interface of this machine).
+  # kube-proxy leads them to their pods (without a node, nothing does).
   # Every request body logged at Metadata level: the fail-open tests read the
   # failed-open.mutation.webhook.admission.k8s.io annotations from it.
   printf 'apiVersion: audit.k8s.io/v1\nkind: Policy\nomitStages: [RequestReceived]\nrules:\n- level: Metadata\n  resources: [{group: "", resources: [pods]}]\n- level: None\n' >"$dir/audit-policy.yaml"
