@@ -542,7 +542,7 @@ node_ready() {
 node_cleanup() { # <dir>
   local dir=$1 pid
   for pid in "${PLUGIN_PID:-}" "${PROXY_PID:-}" "${KUBELET_PID:-}"; do
-    if alive "$pid"; then kill -TERM -- "-$pid" 2>/dev/null || true; fi
+    if ours "$pid"; then kill -TERM -- "-$pid" 2>/dev/null || true; fi
   done
   # Everything else of the node dies at once: containers, shims, containerd.
   for _ in $(seq 50); do
@@ -610,17 +610,37 @@ node_cleanup() { # <dir>
   ip link delete "$node_bridge" 2>/dev/null || true
 }
 
+# Whether this state's lock holder (LOCK_PID, a sleep that inherited the lock's fd 9) still
+# holds the machine's node lock, and the lock names this checkout's state and that holder.
+holds_node_lock() {
+  lock_holder_ours && [ "$(readlink "/proc/$LOCK_PID/fd/9" 2>/dev/null)" = "$node_lock" ] &&
+    [ "$(sed -n 's/, lock held by pid \([0-9]*\) .*/ \1/p' "$node_lock" 2>/dev/null)" = "$state $LOCK_PID" ]
+}
+
+# Whether LOCK_PID is this state's lock holder: alive, with the lock file open as fd 9 (also
+# when that file has been removed since, and the lock on it means nothing any more).
+lock_holder_ours() {
+  alive "${LOCK_PID:-}" && case "$(readlink "/proc/$LOCK_PID/fd/9" 2>/dev/null)" in "$node_lock" | "$node_lock (deleted)") true ;; *) false ;; esac
+}
+
 release_node_lock() {
-  if alive "${LOCK_PID:-}"; then
-    : >"$node_lock"
-    kill -TERM "$LOCK_PID" 2>/dev/null || true
-  fi
+  if holds_node_lock; then : >"$node_lock"; fi
+  if lock_holder_ours; then kill -TERM "$LOCK_PID" 2>/dev/null || true; fi
 }
 
 # Everything of the node goes, if this checkout's up took the machine's lock.
 node_down() {
   [ -n "${LOCK_PID:-}" ] || return 0
-  if alive "${SCHEDULER_PID:-}"; then kill -TERM -- "-$SCHEDULER_PID" 2>/dev/null || true; fi
+  if ours "${SCHEDULER_PID:-}"; then kill -TERM -- "-$SCHEDULER_PID" 2>/dev/null || true; fi
+  # The node's cleanup ends every process in the node's cgroups and removes the bridge and
+  # the rules, machine-wide: only while this state holds the lock. A state whose lock is gone
+  # (copied from another checkout, or its holder ended) would end another checkout's node;
+  # the next up cleans what an interrupted node left, under the lock.
+  if ! holds_node_lock; then
+    log "this state (lock holder pid $LOCK_PID) does not hold the machine's node lock now: the node running now, if any, is another checkout's; left alone"
+    release_node_lock
+    return 0
+  fi
   node_cleanup "${DIR:-}"
   if [ -n "${SYSCTL_IP_FORWARD:-}" ]; then echo "$SYSCTL_IP_FORWARD" >/proc/sys/net/ipv4/ip_forward; fi
   if [ -n "${SYSCTL_BRIDGE_NF:-}" ]; then echo "$SYSCTL_BRIDGE_NF" >/proc/sys/net/bridge/bridge-nf-call-iptables; fi
