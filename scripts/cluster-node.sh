@@ -373,12 +373,40 @@ take_node_lock() {
     NODE_ERROR="another checkout's node runs on this machine ($(cat "$node_lock" 2>/dev/null || echo "owner unknown")): only one node runs per machine (cgroups, iptables); run scripts/cluster.sh down there, then scripts/cluster.sh up here"
     return 1
   fi
-  echo "$state, lock held by pid $$ from $(date -u +%FT%TZ)" >"$node_lock"
+  # A holder the lock file names that is alive and holds the file open as its fd 9 holds
+  # the node, even though flock let us in: until 2026-12-05 take_node_lock rewrote the file
+  # with sed -i after locking it, which put a new file in its place and left the holder's
+  # lock on the removed one. Wait for it (or end it, if it is this checkout's own).
+  local named deadline=$((SECONDS + ${VRAM_PREFLIGHT_NODE_WAIT:-0}))
+  while named=$(named_lock_holder) && [ -n "$named" ]; do
+    if [ "$(sed -n 's/, lock held by pid .*//p' "$node_lock" 2>/dev/null)" = "$state" ]; then
+      log "the node lock is held by this checkout's own interrupted run (pid $named): taking it back"
+      kill -TERM "$named" 2>/dev/null || true
+      sleep 1
+    elif [ "$SECONDS" -lt "$deadline" ]; then
+      sleep 2
+    else
+      exec 9>&-
+      NODE_ERROR="another checkout's node runs on this machine ($(cat "$node_lock" 2>/dev/null)): only one node runs per machine (cgroups, iptables); run scripts/cluster.sh down there, then scripts/cluster.sh up here"
+      return 1
+    fi
+  done
   setsid sleep infinity </dev/null >/dev/null 2>&1 &
   LOCK_PID=$!
+  # Written in place, into the file the lock is on: a file put in its place (sed -i, mv)
+  # would leave the lock on a removed file that the next checkout's flock never sees.
+  echo "$state, lock held by pid $LOCK_PID from $(date -u +%FT%TZ)" >"$node_lock"
   exec 9>&-
-  sed -i "s/by pid $$/by pid $LOCK_PID/" "$node_lock"
   echo "LOCK_PID=$LOCK_PID" >>"$state"
+}
+
+# The pid the lock file names, if that process is alive and holds the lock file (or a removed
+# earlier one) open as its fd 9, as every holder take_node_lock starts does.
+named_lock_holder() {
+  local holder
+  holder=$(sed -n 's/.* lock held by pid \([0-9]*\) .*/\1/p' "$node_lock" 2>/dev/null)
+  alive "$holder" || return 1
+  case "$(readlink "/proc/$holder/fd/9" 2>/dev/null)" in "$node_lock" | "$node_lock (deleted)") echo "$holder" ;; *) return 1 ;; esac
 }
 
 # Why this machine cannot run the node, if it cannot.
