@@ -60,6 +60,15 @@ const INIT_S = 1;
 const LOAD_S = 4;
 /** The preflight's timeout for the release whose memory never frees (step 5). */
 const NEVER_TIMEOUT_S = 20;
+/**
+ * The startup probe's period (the chart's: 15 s): 2 s, and 5 s for the release whose memory
+ * never frees. The kubelet's event recorder drops a pod's events past a burst of 25
+ * (client-go tools/record EventSourceObjectSpamFilter: 25, then one per 5 minutes), and
+ * each failed probe is an event: a probe every second through a 20 s wait would crowd
+ * out the BackOff that follows it.
+ */
+const STARTUP_PERIOD_S = 2;
+const NEVER_STARTUP_PERIOD_S = 5;
 /** The kubelet's first crash-loop back-off (pkg/kubelet/kubelet.go: backOffPeriod). */
 const BACKOFF_S = 10;
 const dir = k.tempDir('ticket');
@@ -93,6 +102,8 @@ interface Restart {
   previous: string;
   lastTerminated: k.Plain | undefined;
   reasons: string[];
+  /** What an operator types and reads, as printed by kubectl. */
+  session: string;
 }
 
 interface ColdStart {
@@ -231,12 +242,17 @@ function incidentChart(image: string): string {
   expect(model.livenessProbe).toEqual({ failureThreshold: 6, periodSeconds: 30, tcpSocket: { port: 8080 }, timeoutSeconds: 10 });
   model.livenessProbe = { failureThreshold: 3, periodSeconds: 1, tcpSocket: { port: 8080 }, timeoutSeconds: 1 };
   model.readinessProbe = { ...model.readinessProbe, failureThreshold: 1, periodSeconds: 1, timeoutSeconds: 1 };
-  model.startupProbe = { ...model.startupProbe, failureThreshold: 600, periodSeconds: 1, timeoutSeconds: 1 };
+  model.startupProbe = { ...model.startupProbe, failureThreshold: 300, periodSeconds: '@STARTUP_PERIOD@', timeoutSeconds: 1 };
   model.resources = { limits: { cpu: '1', memory: '256Mi', 'nvidia.com/gpu': 1 }, requests: { cpu: '10m', memory: '64Mi' } };
   spec.volumes = (spec.volumes as k.Plain[]).map((v) => (v.persistentVolumeClaim ? { name: v.name, emptyDir: {} } : v));
   writeFileSync(path.join(chart, 'Chart.yaml'), 'apiVersion: v2\nname: inference-server\nversion: 0.1.0\n');
-  writeFileSync(path.join(chart, 'values.yaml'), `releaseSeconds: "${RELEASE_S}"\n`);
-  writeFileSync(path.join(chart, 'templates/model.yaml'), [service, deployment].map((o) => stringify(o)).join('---\n').replace(/(['"]?)@RELEASE@\1/, '{{ .Values.releaseSeconds | quote }}'));
+  writeFileSync(path.join(chart, 'values.yaml'), `releaseSeconds: "${RELEASE_S}"\nstartupPeriodSeconds: ${STARTUP_PERIOD_S}\n`);
+  const template = [service, deployment]
+    .map((o) => stringify(o))
+    .join('---\n')
+    .replace(/(['"]?)@RELEASE@\1/, '{{ .Values.releaseSeconds | quote }}')
+    .replace(/(['"]?)@STARTUP_PERIOD@\1/, '{{ .Values.startupPeriodSeconds }}');
+  writeFileSync(path.join(chart, 'templates/model.yaml'), template);
   return chart;
 }
 
@@ -287,6 +303,16 @@ function iptables(netns: string, op: '-I' | '-D'): Promise<string> {
   return runOk('nsenter', [`--net=${netns}`, 'iptables', '-w', op, 'INPUT', '-p', 'tcp', '--dport', '8080', '-j', 'DROP']);
 }
 
+/**
+ * kubectl exec … -- kill -TERM 1. The exec'd kill may itself be ended by the container's end
+ * (PID 1 exits at once, and the kernel kills what is left in its PID namespace): then kubectl
+ * says "command terminated with exit code 137", and the kill was delivered all the same.
+ */
+async function killOne(p: Pod): Promise<void> {
+  const r = await kubectlAsync(['exec', '-n', p.ns, p.name, '-c', 'model', '--', 'kill', '-TERM', '1']);
+  if (r.status !== 0 && !(r.status === 137 && /command terminated with exit code 137/.test(r.stderr))) throw new Error(`kubectl exec ${p.name} -- kill -TERM 1 exited ${r.status}:\n${r.stderr}`);
+}
+
 /** One in-place restart: the trigger, then Ready again; what kubectl shows of it. */
 async function restart(p: Pod, way: Way, door: string, how: Restart['how']): Promise<Restart> {
   const before = { restarts: p.restarts, backOffs: await backOffs(p) };
@@ -296,7 +322,7 @@ async function restart(p: Pod, way: Way, door: string, how: Restart['how']): Pro
     netns = await netnsOf(p);
     await iptables(netns, '-I');
   } else {
-    await kubectlOk(['exec', '-n', p.ns, p.name, '-c', 'model', '--', 'kill', '-TERM', '1']);
+    await killOne(p);
   }
   if (netns) {
     // The kubelet kills the container when the probe has failed 3 times; the rule lives in the
@@ -312,6 +338,18 @@ async function restart(p: Pod, way: Way, door: string, how: Restart['how']): Pro
   }, 120_000);
   const toReadyS = seconds(started);
   const reasons = (await eventsOf(p.ns, p.uid)).map((e) => `${e.reason}: ${e.message}`);
+  const log = await kubectlOk(['logs', '-n', p.ns, p.name, '-c', 'model']);
+  const previous = await kubectlOk(['logs', '-n', p.ns, p.name, '-c', 'model', '--previous']);
+  const session = [
+    `$ kubectl get pod ${p.name}`,
+    (await kubectlOk(['get', 'pod', '-n', p.ns, p.name])).trimEnd(),
+    `$ kubectl get events --field-selector involvedObject.name=${p.name} | grep -E 'Killing|Unhealthy|BackOff'`,
+    (await kubectlOk(['get', 'events', '-n', p.ns, '--field-selector', `involvedObject.name=${p.name}`])).split('\n').filter((l) => /Killing|Unhealthy|BackOff/.test(l)).join('\n'),
+    `$ kubectl logs ${p.name} -c model --previous | tail -2`,
+    previous.trimEnd().split('\n').slice(-2).join('\n'),
+    `$ kubectl logs ${p.name} -c model | grep vram-preflight`,
+    log.split('\n').filter((l) => l.startsWith('vram-preflight:')).join('\n'),
+  ].join('\n');
   const r: Restart = {
     way,
     door,
@@ -320,10 +358,11 @@ async function restart(p: Pod, way: Way, door: string, how: Restart['how']): Pro
     restarts: { before: before.restarts, after: after.restarts },
     backOffs: { before: before.backOffs, after: await backOffs(after) },
     toReadyS,
-    log: await kubectlOk(['logs', '-n', p.ns, p.name, '-c', 'model']),
-    previous: await kubectlOk(['logs', '-n', p.ns, p.name, '-c', 'model', '--previous']),
+    log,
+    previous,
     lastTerminated: after.lastState?.terminated,
     reasons,
+    session,
   };
   restarts.push(r);
   return r;
@@ -390,7 +429,7 @@ interface Never {
 /** Step 5 (memory that never frees: the wait times out, exit 75, named), then step 3 (the pod deleted while it waits). */
 async function neverFrees(since: number): Promise<Never> {
   const [pod] = await coldStarts(NS.never, 'wrapped', 'post-renderer (memory never freed)', 1, since);
-  await kubectlOk(['exec', '-n', NS.never, pod!.name, '-c', 'model', '--', 'kill', '-TERM', '1']);
+  await killOne(pod!);
   const killed = await until('the wrapped container gives up waiting (exit 75)', async () => {
     const p = await podNamed(NS.never, pod!.name);
     const t = p?.state?.terminated ?? p?.lastState?.terminated;
@@ -543,7 +582,7 @@ beforeAll(async () => {
   since.wrapped = Date.now();
   helmInstall(NS.wrapped, []);
   since.never = Date.now();
-  helmInstall(NS.never, [`--timeout-seconds=${NEVER_TIMEOUT_S}`], ['releaseSeconds=never']);
+  helmInstall(NS.never, [`--timeout-seconds=${NEVER_TIMEOUT_S}`], ['releaseSeconds=never', `startupPeriodSeconds=${NEVER_STARTUP_PERIOD_S}`]);
   one = started(phaseOne(since));
   never = started(neverFrees(since.never));
   hook = started(throughWebhook());
@@ -637,6 +676,8 @@ describe('the ticket\'s test plan on the real kubelet: the incident\'s render, h
 
   it('step 5, memory that never frees: the container fails naming the wait (exit 75: termination message, kubectl describe, logs --previous), not vLLM\'s check', async () => {
     const n = await never;
+    const container = n.describe.slice(n.describe.indexOf('    State:'), n.describe.indexOf('    Ready:'));
+    console.log(`memory that never frees (preflight timeout ${NEVER_TIMEOUT_S} s): kubectl describe pod shows\n${container}\nkubectl logs --previous:\n${n.previous.trimEnd()}\nthen ${n.againS} s to the next attempt's wait; events: ${n.reasons.join('; ')}`);
     expect(n.terminated).toMatchObject({ exitCode: 75, reason: 'Error' });
     expect(n.terminated.message).toMatch(new RegExp(`^vram-preflight: gave up after \\d+(\\.\\d+)? s \\(timeout ${NEVER_TIMEOUT_S} s\\) waiting for GPU memory before starting vLLM: GPU 0 has \\d+ MiB free, needs \\d+ MiB .*Still holding GPU memory: pid \\d+ \\(\\d+ MiB\\)\\. This is the preflight's wait, not vLLM's check`));
     expect(n.describe).toMatch(/Exit Code:\s+75/);
@@ -650,9 +691,10 @@ describe('the ticket\'s test plan on the real kubelet: the incident\'s render, h
 
   it('step 3, the pod deleted while the preflight waits: the wait ends at once (SIGTERM line), the pod is gone in seconds, not at its grace or the timeout', async () => {
     const n = await never;
+    console.log(`kubectl delete pod while the preflight waits: gone in ${n.deleteS} s (grace ${n.grace} s, preflight timeout ${NEVER_TIMEOUT_S} s); kubectl logs -f showed:\n${n.followed.trimEnd()}`);
     expect(n.followed).toMatch(/^vram-preflight: SIGTERM while waiting for GPU memory, exiting$/m);
     expect(n.grace, 'the chart sets no grace: 30 s').toBe(30);
-    expect(n.deleteS).toBeLessThan(5);
+    expect(n.deleteS, 'well within the grace and the timeout').toBeLessThan(10);
   }, 5 * 60_000);
 
   it('step 3, start-up time unchanged: a fresh wrapped pod takes the cold path (one check, no wait) and is Ready as soon as a plain one', async () => {
@@ -678,6 +720,13 @@ describe('the ticket\'s test plan on the real kubelet: the incident\'s render, h
         `the ticket's plan on the real kubelet: release ${RELEASE_S} s, init ${INIT_S} s, load ${LOAD_S} s, kubelet back-off ${BACKOFF_S} s doubling`,
         `cold start to Ready: ${colds.map((c) => `${c.way}/${c.door} ${c.toReadyS.toFixed(1)} s`).join(', ')}; median ${cold.toFixed(1)} s`,
         ...rows,
+        '',
+        ...['kill', 'second kill', 'liveness'].flatMap((how) =>
+          (['plain', 'wrapped'] as const).flatMap((way) => {
+            const r = restarts.find((x) => x.how === how && x.way === way && x.door !== 'webhook');
+            return r ? [`--- ${way}, ${how} (restartCount ${r.restarts.before} -> ${r.restarts.after}, Ready ${r.toReadyS.toFixed(1)} s after it)`, r.session, ''] : [];
+          }),
+        ),
       ].join('\n'),
     );
     const kills = restarts.filter((r) => r.how !== 'second kill');
