@@ -1,5 +1,5 @@
 /**
- * The ticket's test plan (issue 33) on the real node: the kubelet restarts the
+ * The ticket's test plan on the real node: the kubelet restarts the
  * incident's own `model` container in place, counts its restarts and backs it
  * off, and the test reads what an operator reads with kubectl. Both ways: the
  * incident's render installed with `helm install --post-renderer
