@@ -557,7 +557,11 @@ let hook: Promise<Hook>;
 let two: Promise<Record<Way, Restart[]>>;
 let three: Promise<Record<Way, Restart>>;
 
-beforeAll(async () => {
+/**
+ * Everything before the tests. Its failure (no node: the reason scripts/cluster.sh gives) fails
+ * each test with that reason: a hook's failure would only mark them skipped.
+ */
+async function setUp(): Promise<void> {
   const n = node();
   ensureHelm();
   for (const ns of [NS.plain, NS.wrapped, NS.never]) await nodeNamespace(ns);
@@ -588,9 +592,24 @@ beforeAll(async () => {
   hook = started(throughWebhook());
   two = started(Promise.allSettled([one, never, hook]).then(() => phaseTwo()));
   three = started(two.then(() => phaseThree()));
+}
+
+let setup: Promise<void>;
+
+beforeAll(async () => {
+  setup = started(setUp());
+  await setup.catch(() => undefined);
 }, 5 * 60_000);
 
 afterAll(async () => {
+  const ready = await setup.then(() => true, () => false);
+  if (!ready) {
+    await Promise.all(Object.values(NS).map((ns) => k.deleteNamespace(ns).catch(() => undefined)));
+    k.closeApi();
+    removeTempDirs();
+    k.removeDir(dir);
+    return;
+  }
   k.kubectl(['delete', 'mutatingwebhookconfiguration', '-l', `vram-preflight.test/run=${RUN}`, '--wait=false']);
   await Promise.allSettled([three]);
   for (const ns of [NS.plain, NS.wrapped, NS.never]) k.kubectl(['scale', '-n', ns, `deployment/${DEPLOYMENT}`, '--replicas=0']);
@@ -641,12 +660,14 @@ const median = (xs: number[]) => {
 
 describe('the ticket\'s test plan on the real kubelet: the incident\'s render, helm install with and without --post-renderer vram-preflight', () => {
   it('step 1, kill -TERM 1 (round 1): wrapped, restartCount +1, no BackOff, the wait line; plain, vLLM\'s error in logs --previous, a BackOff, restartCount +2', async () => {
+    await setup;
     const { round1 } = await one;
     expectWrappedSingleRestart(round1.wrapped);
     expectPlainIncident(round1.plain);
   }, 5 * 60_000);
 
   it('a second exit of the same container within 10 minutes is backed off by the kubelet both ways (BackOff, +1); the wrapped one then starts on the cold path', async () => {
+    await setup;
     const { second } = await one;
     for (const r of [second.plain, second.wrapped]) {
       expect(r.restarts.after - r.restarts.before, `${r.way}: +1 (the memory is back after the back-off)`).toBe(1);
@@ -659,12 +680,14 @@ describe('the ticket\'s test plan on the real kubelet: the incident\'s render, h
   }, 5 * 60_000);
 
   it('step 1, rounds 2 and 3 on fresh pods: the same, each time', async () => {
+    await setup;
     const { plain, wrapped } = await two;
     for (const r of wrapped) expectWrappedSingleRestart(r);
     for (const r of plain) expectPlainIncident(r);
   }, 8 * 60_000);
 
   it('step 2, the liveness path (the serving port blocked: Unhealthy, Killing): wrapped, one clean restart; plain, vLLM\'s error and a BackOff', async () => {
+    await setup;
     const { plain, wrapped } = await three;
     for (const r of [plain, wrapped]) {
       expect(r.reasons).toContainEqual(expect.stringMatching(/^Unhealthy: Liveness probe failed: dial tcp [\d.]+:8080: i\/o timeout/));
@@ -675,6 +698,7 @@ describe('the ticket\'s test plan on the real kubelet: the incident\'s render, h
   }, 10 * 60_000);
 
   it('step 5, memory that never frees: the container fails naming the wait (exit 75: termination message, kubectl describe, logs --previous), not vLLM\'s check', async () => {
+    await setup;
     const n = await never;
     const container = n.describe.slice(n.describe.indexOf('    State:'), n.describe.indexOf('    Ready:'));
     console.log(`memory that never frees (preflight timeout ${NEVER_TIMEOUT_S} s): kubectl describe pod shows\n${container}\nkubectl logs --previous:\n${n.previous.trimEnd()}\nthen ${n.againS} s to the next attempt's wait; events: ${n.reasons.join('; ')}`);
@@ -690,6 +714,7 @@ describe('the ticket\'s test plan on the real kubelet: the incident\'s render, h
   }, 5 * 60_000);
 
   it('step 3, the pod deleted while the preflight waits: the wait ends at once (SIGTERM line), the pod is gone in seconds, not at its grace or the timeout', async () => {
+    await setup;
     const n = await never;
     console.log(`kubectl delete pod while the preflight waits: gone in ${n.deleteS} s (grace ${n.grace} s, preflight timeout ${NEVER_TIMEOUT_S} s); kubectl logs -f showed:\n${n.followed.trimEnd()}`);
     expect(n.followed).toMatch(/^vram-preflight: SIGTERM while waiting for GPU memory, exiting$/m);
@@ -698,6 +723,7 @@ describe('the ticket\'s test plan on the real kubelet: the incident\'s render, h
   }, 5 * 60_000);
 
   it('step 3, start-up time unchanged: a fresh wrapped pod takes the cold path (one check, no wait) and is Ready as soon as a plain one', async () => {
+    await setup;
     await Promise.allSettled([three]);
     const wrapped = colds.filter((c) => c.way === 'wrapped');
     const plain = colds.filter((c) => c.way === 'plain');
@@ -712,6 +738,7 @@ describe('the ticket\'s test plan on the real kubelet: the incident\'s render, h
   }, 10 * 60_000);
 
   it('step 4, SIGTERM → Ready within the cold start plus the release time, not ~2× (figures printed)', async () => {
+    await setup;
     await Promise.allSettled([three]);
     const cold = median(colds.map((c) => c.toReadyS));
     const rows = restarts.map((r) => `${r.way.padEnd(7)} ${r.door.padEnd(13)} ${r.how.padEnd(11)} restartCount +${r.restarts.after - r.restarts.before}  BackOff events +${r.backOffs.after - r.backOffs.before}  to Ready ${r.toReadyS.toFixed(1)} s  (${r.pod})`);
@@ -740,6 +767,7 @@ describe('the ticket\'s test plan on the real kubelet: the incident\'s render, h
 
 describe('the same through the admission webhook: a Deployment applied with kubectl, restarted in place by the kubelet', () => {
   it('the pod is wrapped at admission; kill -TERM 1: restartCount +1, no BackOff, the wait line', async () => {
+    await setup;
     const h = await hook;
     expect(h.pod.raw.metadata.annotations?.['vram-preflight.io/wrapped']).toBe('model');
     expect(k.isWrapped((h.pod.raw.spec.containers as k.Plain[]).find((c) => c.name === 'model'))).toBe(true);
