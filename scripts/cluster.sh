@@ -333,9 +333,15 @@ down() {
     for _ in $(seq 40); do ours "$pid" || break; sleep 0.25; done
     if ours "$pid"; then kill -KILL -- "-$pid" 2>/dev/null || true; fi
   done
-  case "${DIR:-}" in
-  */vram-preflight-cluster.*) rm -rf "$DIR" ;;
-  esac
+  # The data directory too, unless a live API server that is not ours still uses it (a state
+  # copied from another checkout names that checkout's directory).
+  if alive "${APISERVER_PID:-}" && ! ours "${APISERVER_PID:-}"; then
+    log "the state names another checkout's running cluster ($DIR): left alone; this checkout's state is forgotten"
+  else
+    case "${DIR:-}" in
+    */vram-preflight-cluster.*) rm -rf "$DIR" ;;
+    esac
+  fi
   rm -f "$state" "$cache/kubeconfig"
   log "down"
 }
