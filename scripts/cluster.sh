@@ -323,19 +323,25 @@ down() {
     log "not up"
     return 0
   fi
-  node_down
-  local pid
-  # Stopped in reverse order; each got its own session (setsid), so the whole group goes.
-  for pid in "${KCM_PID:-}" "${APISERVER_PID:-}" "${ETCD_PID:-}"; do
-    if ours "$pid"; then kill -TERM -- "-$pid" 2>/dev/null || true; fi
-  done
+  # Which of the state's processes are ours, decided before any is stopped (one that is
+  # exiting has no command line to tell by).
+  local pid mine=() foreign=0
+  if alive "${APISERVER_PID:-}" && ! ours "${APISERVER_PID:-}"; then foreign=1; fi
   for pid in "${KCM_PID:-}" "${APISERVER_PID:-}" "${ETCD_PID:-}" "${SCHEDULER_PID:-}"; do
-    for _ in $(seq 40); do ours "$pid" || break; sleep 0.25; done
-    if ours "$pid"; then kill -KILL -- "-$pid" 2>/dev/null || true; fi
+    if ours "$pid"; then mine+=("$pid"); fi
   done
-  # The data directory too, unless a live API server that is not ours still uses it (a state
+  node_down
+  # Stopped in reverse order; each got its own session (setsid), so the whole group goes.
+  for pid in "${mine[@]}"; do
+    [ "$pid" = "${SCHEDULER_PID:-}" ] || kill -TERM -- "-$pid" 2>/dev/null || true
+  done
+  for pid in "${mine[@]}"; do
+    for _ in $(seq 40); do alive "$pid" || break; sleep 0.25; done
+    if alive "$pid"; then kill -KILL -- "-$pid" 2>/dev/null || true; fi
+  done
+  # The data directory too, unless a live API server that is not ours uses it (a state
   # copied from another checkout names that checkout's directory).
-  if alive "${APISERVER_PID:-}" && ! ours "${APISERVER_PID:-}"; then
+  if [ "$foreign" = 1 ]; then
     log "the state names another checkout's running cluster ($DIR): left alone; this checkout's state is forgotten"
   else
     case "${DIR:-}" in
