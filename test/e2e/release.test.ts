@@ -272,7 +272,7 @@ describe('npm run release', () => {
     } finally {
       spawnSync('gpgconf', ['--homedir', home, '--kill', 'gpg-agent']);
     }
-  });
+  }, 120_000); // an RSA 4096 key made by gpg, then a whole release: past the 20 s default on a busy 2-core machine
 
   it('the plugin archive is what `helm plugin package --sign` (real helm 4) makes of the same directory: name, entries, gzip header, .prov metadata', () => {
     const work = tempDir('helm-package');
