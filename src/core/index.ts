@@ -16,3 +16,4 @@ export { DEFAULT_OPTIONS, type ImageStart, type Options, type RegistryLookupMode
 export { describeDocument, PreflightError, type DocumentRef, type ErrorCode } from './errors.js';
 export { renderReport } from './report/report.js';
 export { VERSION } from './version.js';
+export { LINE_FORMATS, LOG_PREFIX, readPreflightLine, type MemoryHolder, type PreflightLine, type TightestGpu } from './preflight-lines.js';
