@@ -31,6 +31,14 @@ export class KubernetesApiError extends Error {
   }
 }
 
+/** TLS options and headers of a request made outside the client (KubernetesClient.authentication). */
+export interface RequestAuthentication {
+  tls: { ca?: string; cert?: string; key?: string; rejectUnauthorized: boolean; servername?: string };
+  headers: Record<string, string | string[]>;
+  /** Whether a 401 may be answered by running the exec credential plugin again. */
+  canRefresh: boolean;
+}
+
 export interface ClientSettings {
   /** Per request: connect, answer and body. */
   requestTimeoutMs: number;
@@ -45,7 +53,7 @@ const DEFAULT_MAX_BODY = 256 << 20;
 const itemsOf = (list: Plain): Plain[] => (Array.isArray(list.items) ? list.items : []).map((item) => asObject(item) ?? {});
 
 /** Why a connection failed, in words, for the Node error codes an operator meets. */
-const CONNECT_WHY: Record<string, string> = {
+export const CONNECT_WHY: Record<string, string> = {
   ECONNREFUSED: 'nothing listens there',
   ENOTFOUND: 'the host name does not resolve',
   EAI_AGAIN: 'the host name does not resolve (DNS unavailable)',
@@ -215,6 +223,28 @@ export class KubernetesClient {
       });
       req.end();
     });
+  }
+
+  /**
+   * What a request this client does not send itself (a POST, a watch, a log,
+   * a WebSocket upgrade: ./requests.ts, ./websocket.ts) needs to be sent as
+   * its own are: the TLS options and the headers that say who we are.
+   * `refresh` runs an exec credential plugin again (after a 401).
+   */
+  async authentication(refresh = false): Promise<RequestAuthentication> {
+    const c = this.connection;
+    const credential = await this.credentialNow(refresh);
+    const headers: Record<string, string | string[]> = {};
+    const token = this.bearer(credential);
+    if (token) headers.Authorization = `Bearer ${token}`;
+    if (c.impersonate?.user) headers['Impersonate-User'] = c.impersonate.user;
+    if (c.impersonate?.uid) headers['Impersonate-Uid'] = c.impersonate.uid;
+    if (c.impersonate?.groups.length) headers['Impersonate-Group'] = c.impersonate.groups;
+    return {
+      tls: { ca: c.ca, cert: credential?.clientCertificate ?? c.clientCertificate, key: credential?.clientKey ?? c.clientKey, rejectUnauthorized: !c.insecureSkipTlsVerify, servername: c.tlsServerName },
+      headers,
+      canRefresh: c.exec !== undefined,
+    };
   }
 
   close(): void {

@@ -6,5 +6,8 @@
  * (./claims.ts).
  */
 export { inClusterServer, loadConnection, SERVICE_ACCOUNT_DIR, type Connection, type ConnectionRequest, type ExecPlugin } from './kubeconfig.js';
-export { KubernetesApiError, KubernetesClient, type ClientSettings } from './client.js';
+export { KubernetesApiError, KubernetesClient, type ClientSettings, type RequestAuthentication } from './client.js';
+export { requestJson, requestText, watchObjects, type RequestOptions, type WatchEvent } from './requests.js';
+export { openWebSocket, WebSocketError, type WebSocket, type WebSocketMessage } from './websocket.js';
+export { execInContainer, type ExecResult } from './pod-exec.js';
 export { claimPath, readClaim, RESOURCE_API_VERSIONS, type ClaimRead, type ClaimReference } from './claims.js';
