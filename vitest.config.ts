@@ -3,7 +3,7 @@ import { defineConfig } from 'vitest/config';
 // The tests against the real control plane (scripts/cluster.sh) share one
 // kube-apiserver: their webhook configurations are cluster-wide, so those
 // files run one after another, beside the rest of the suite.
-const CLUSTER_TESTS = ['test/apiserver/**/*.test.ts', 'test/audit/**/*.test.ts'];
+const CLUSTER_TESTS = ['test/apiserver/**/*.test.ts', 'test/audit/**/*.test.ts', 'test/verify/verify.test.ts', 'test/verify/node.test.ts'];
 
 export default defineConfig({
   test: {

@@ -190,9 +190,11 @@ up() {
   # Services get addresses of RFC 5737's TEST-NET-2 (never routed): the tests'
   # own kube-proxy (test/apiserver/kube-proxy.ts) puts them on a dummy interface
   # of this machine and forwards them to the pods' endpoints.
-  # Every request body logged at Metadata level: the fail-open tests read the
-  # failed-open.mutation.webhook.admission.k8s.io annotations from it.
-  printf 'apiVersion: audit.k8s.io/v1\nkind: Policy\nomitStages: [RequestReceived]\nrules:\n- level: Metadata\n  resources: [{group: "", resources: [pods]}]\n- level: None\n' >"$dir/audit-policy.yaml"
+  # Every request for pods logged at Metadata level: the fail-open tests read the
+  # failed-open.mutation.webhook.admission.k8s.io annotations from it. Their exec and
+  # log subresources too (a rule's `pods` is the resource alone): verify's tests read
+  # from it which requests it made, and that without --yes it opened no exec.
+  printf 'apiVersion: audit.k8s.io/v1\nkind: Policy\nomitStages: [RequestReceived]\nrules:\n- level: Metadata\n  resources: [{group: "", resources: [pods, pods/exec, pods/log]}]\n- level: None\n' >"$dir/audit-policy.yaml"
   local p=$dir/pki api_pid
   api_pid=$(start "$dir/kube-apiserver.log" "$bin/kube-apiserver" \
     --etcd-servers "http://127.0.0.1:$etcd_port" \

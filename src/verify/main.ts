@@ -228,7 +228,7 @@ async function verify(args: VerifyArgs, options: Options, io: VerifyIO, deadline
   const wrapped = found.wrapped.ok === true;
   if (args.yes && (wrapped || args.allowUnwrapped)) {
     for (let round = 1; round <= args.repeat; round++) {
-      setProgress(`after ${round - 1} of ${args.repeat} restart(s)${round > 1 ? ', each recovered' : ''}`);
+      setProgress(round === 1 ? 'no restart was done' : `after ${round - 1} of ${args.repeat} restarts, each recovered`);
       const done = await restartOnce(client, { target, round, readyBy: Math.min(Date.now() + args.timeoutMs, deadline), timeoutMs: args.timeoutMs, marginMs: args.marginMs, deadlines }, wrapped);
       result.rounds.push(done);
       if (!holds(done.checks) && round < args.repeat) {

@@ -27,7 +27,7 @@ export function describePlan(result: VerifyResult): string {
   const p = result.plan;
   const t = result.target;
   const margin = t.coldStart ? `within ${seconds(p.marginMs)} of the cold start` : 'compared with the cold start, when it is known';
-  return `kill -TERM 1 in container "${t.container}" (${p.command.map((w) => (w.includes(' ') ? `'${w}'` : w)).join(' ')}, through the exec API), ${p.repeat} time(s), one after the other; after each, watch the pod until the container is Ready again (at most ${seconds(p.timeoutMs)}), then check: restartCount +1 exactly, no BackOff event, the preflight's lines in the new container's log, no "Free memory on device" error from vLLM, SIGTERM -> Ready ${margin}`;
+  return `kill -TERM 1 in container "${t.container}" (${p.command.map((w) => (w.includes(' ') ? `'${w}'` : w)).join(' ')}, through the exec API), ${p.repeat === 1 ? 'once' : `${p.repeat} times, one after the other`}; after each, watch the pod until the container is Ready again (at most ${seconds(p.timeoutMs)}), then check: restartCount +1 exactly, no BackOff event, the preflight's lines in the new container's log, no "Free memory on device" error from vLLM, SIGTERM -> Ready ${margin}`;
 }
 
 function roundLines(r: Round, of: number): string[] {

@@ -151,7 +151,16 @@ export async function restartOnce(client: KubernetesClient, settings: RoundSetti
   const eventsBefore = await podEvents(client, t);
 
   const sent = Date.now();
-  const exec = await execInContainer(client, { namespace: t.namespace, pod: t.pod, container: t.container, command: SIGNAL_COMMAND, deadline: Math.min(d.request(), settings.readyBy) });
+  let exec: Awaited<ReturnType<typeof execInContainer>>;
+  try {
+    exec = await execInContainer(client, { namespace: t.namespace, pod: t.pod, container: t.container, command: SIGNAL_COMMAND, deadline: Math.min(d.request(), settings.readyBy) });
+  } catch (error) {
+    if (!(error instanceof KubernetesApiError) || error.status === 401 || error.status === 403) throw error;
+    // The API server opens the exec on the pod's kubelet: it answers with an error when it cannot (no such node, the kubelet unreachable, the container gone).
+    throw new PreflightError('CANNOT_VERIFY', `the API server could not run the signal in container "${t.container}" on node ${t.node ?? '(none)'}: ${error.message}`, {
+      fix: `check that the node is Ready and its kubelet reachable from the API server (kubectl get node ${t.node ?? 'NODE'}; kubectl -n ${t.namespace} exec ${t.pod} -c ${t.container} -- true)`,
+    });
+  }
   if (exec.exitCode !== undefined && exec.exitCode !== 0) {
     throw new PreflightError('CANNOT_VERIFY', `the signal failed in container "${t.container}": ${SIGNAL_COMMAND.join(' ')} exited ${exec.exitCode}${exec.stderr.trim() ? `: ${exec.stderr.trim().slice(0, 300)}` : ''}`, {
       fix: 'the container needs /bin/sh, whose kill is a builtin, and may not ignore SIGTERM as PID 1; run the same with kubectl exec to see why',
