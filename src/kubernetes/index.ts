@@ -9,5 +9,5 @@ export { inClusterServer, loadConnection, SERVICE_ACCOUNT_DIR, type Connection, 
 export { KubernetesApiError, KubernetesClient, type ClientSettings, type RequestAuthentication } from './client.js';
 export { requestJson, requestText, watchObjects, type RequestOptions, type WatchEvent } from './requests.js';
 export { openWebSocket, WebSocketError, type WebSocket, type WebSocketMessage } from './websocket.js';
-export { execInContainer, type ExecResult } from './pod-exec.js';
+export { execInContainer, type ExecRequest, type ExecResult } from './pod-exec.js';
 export { claimPath, readClaim, RESOURCE_API_VERSIONS, type ClaimRead, type ClaimReference } from './claims.js';

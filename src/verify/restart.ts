@@ -14,7 +14,7 @@
 import { readPreflightLine } from '../core/index.js';
 import { PreflightError } from '../core/errors.js';
 import { asObject, type Plain } from '../core/values.js';
-import { execInContainer, KubernetesApiError, requestText, watchObjects, type KubernetesClient } from '../kubernetes/index.js';
+import { execInContainer, KubernetesApiError, requestText, watchObjects, type ExecRequest, type ExecResult, type KubernetesClient } from '../kubernetes/index.js';
 import { describeState, statusOf, type Deadlines } from './before.js';
 import { seconds } from './duration.js';
 import type { Check, FailedStart, PreflightEvidence, Round, Target } from './model.js';
@@ -39,6 +39,8 @@ export interface RoundSettings {
   timeoutMs: number;
   marginMs: number;
   deadlines: Deadlines;
+  /** How the signal is sent; the exec API unless a test plays the kubelet's part (there is no other use). */
+  signal?: (request: ExecRequest) => Promise<ExecResult>;
 }
 
 const podPath = (t: Target): string => `/api/v1/namespaces/${encodeURIComponent(t.namespace)}/pods/${encodeURIComponent(t.pod)}`;
@@ -153,7 +155,8 @@ export async function restartOnce(client: KubernetesClient, settings: RoundSetti
   const sent = Date.now();
   let exec: Awaited<ReturnType<typeof execInContainer>>;
   try {
-    exec = await execInContainer(client, { namespace: t.namespace, pod: t.pod, container: t.container, command: SIGNAL_COMMAND, deadline: Math.min(d.request(), settings.readyBy) });
+    const request: ExecRequest = { namespace: t.namespace, pod: t.pod, container: t.container, command: SIGNAL_COMMAND, deadline: Math.min(d.request(), settings.readyBy) };
+    exec = await (settings.signal ? settings.signal(request) : execInContainer(client, request));
   } catch (error) {
     if (!(error instanceof KubernetesApiError) || error.status === 401 || error.status === 403) throw error;
     // The API server opens the exec on the pod's kubelet: it answers with an error when it cannot (no such node, the kubelet unreachable, the container gone).

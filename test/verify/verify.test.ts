@@ -13,6 +13,12 @@ import path from 'node:path';
 import { Ajv } from 'ajv';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { parse, stringify } from 'yaml';
+import { existsSync } from 'node:fs';
+import { loadConnection } from '../../src/kubernetes/kubeconfig.js';
+import { KubernetesClient } from '../../src/kubernetes/client.js';
+import { restartOnce } from '../../src/verify/restart.js';
+import type { Target } from '../../src/verify/model.js';
+import { api, sleep } from '../apiserver/harness.js';
 import { auditEvents, bundle, cluster, kubectl, kubectlOk, namespace, removeTempDirs, ROOT, runBundle, tempDir, type Cluster, type Plain, type Run } from '../audit/harness.js';
 
 const id = `${process.pid.toString(36)}${Date.now().toString(36).slice(-5)}`;
@@ -117,6 +123,9 @@ beforeAll(async () => {
       wrapped(pod('with-sidecar', [sidecar, vllm()], { app: 'two' })),
       wrapped(pod('with-sidecar-2', [sidecar, vllm()], { app: 'two' })),
       stringify(pod('plain', [vllm()])),
+      wrapped(pod('played-1', [vllm()])),
+      wrapped(pod('played-2', [vllm()])),
+      wrapped(pod('played-3', [vllm()])),
       wrapped(pod('pending', [vllm()])),
       wrapped(pod('restarted', [vllm()])),
     ].join('---\n'),
@@ -126,6 +135,7 @@ beforeAll(async () => {
   markRunning('with-sidecar-2', ['metrics', 'model']);
   markRunning('plain', ['model']);
   markRunning('restarted', ['model'], { restarts: 2 });
+  for (const name of ['played-1', 'played-2', 'played-3']) markRunning(name, ['model']);
 }, 120_000);
 
 afterAll(() => {
@@ -253,5 +263,113 @@ describe('with --yes, without a kubelet: the exec the API server cannot open', (
     expect(execs.map((e) => [e.verb, e.objectRef.name, e.responseStatus?.code])).toEqual([['get', 'wrapped', 400]]);
     expect(execs[0]!.requestURI).toContain('command=%2Fbin%2Fsh&command=-c&command=kill+-TERM+1&container=model');
     expect(restartCount('wrapped')).toBe(0);
+  });
+});
+
+/**
+ * The round after the signal, against the real API server: its watch, its
+ * events and the evidence it assembles. Without a node no kubelet restarts
+ * the container, so the test plays the kubelet's part: it writes the pod's
+ * status as the kubelet does through a restart (the container terminated,
+ * a new one with restartCount + 1, then ready) and, for a failed start, the
+ * BackOff event the kubelet records. Without a node the API server gives an
+ * empty log: the round says the preflight's lines are missing. On the node,
+ * test/verify/node.test.ts runs the same with the real kubelet.
+ */
+describe('the round after the signal: the watch, the events, the evidence (the kubelet\'s part played by the test)', () => {
+  let client: KubernetesClient;
+  const deadlines = { request: () => Date.now() + 30_000 };
+  const targetOf = async (name: string): Promise<Target> => {
+    const p = (await api('GET', `/api/v1/namespaces/${NS}/pods/${name}`)).json();
+    return { namespace: NS, pod: name, uid: p.metadata.uid, container: 'model', podChosenBy: '--pod', containerChosenBy: '--container', restartCount: 0, coldStart: { ms: 90_000, source: 'pod' } };
+  };
+  const status = (name: string, s: Plain) => kubectlOk(['-n', NS, 'patch', 'pod', name, '--subresource=status', '--type=merge', '-p', JSON.stringify({ status: s })]);
+  const container = (extra: Plain) => ({ name: 'model', image: 'vllm/vllm-openai:v0.10.1', imageID: '', started: true, ...extra });
+  const ready = (isReady: boolean) => [{ type: 'Ready', status: isReady ? 'True' : 'False', lastTransitionTime: new Date().toISOString().replace(/\.\d+Z$/, 'Z') }];
+  const noExec = async () => ({ protocol: 'v5.channel.k8s.io', stdout: '', stderr: '', status: { status: 'Success' }, exitCode: 0 });
+
+  beforeAll(() => {
+    client = new KubernetesClient(loadConnection({ kubeconfig: c.kubeconfig, env: {}, readFile: (f) => readFileSync(f, 'utf8'), exists: existsSync }), { requestTimeoutMs: 10_000, env: {} });
+  });
+  afterAll(() => client?.close());
+
+  it('a clean restart: the watch sees the new container Ready, restartCount +1, no BackOff; a log without the preflight\'s lines fails its check', async () => {
+    const target = await targetOf('played-1');
+    const kubelet = async (): Promise<void> => {
+      await sleep(300);
+      status('played-1', { conditions: ready(false), containerStatuses: [container({ ready: false, restartCount: 0, containerID: `containerd://${id}0`, state: { terminated: { exitCode: 0, reason: 'Completed', containerID: `containerd://${id}0` } } })] });
+      await sleep(300);
+      status('played-1', { containerStatuses: [container({ ready: false, restartCount: 1, containerID: `containerd://${id}n`, state: { running: { startedAt: new Date().toISOString() } }, lastState: { terminated: { exitCode: 0, reason: 'Completed', containerID: `containerd://${id}0` } } })] });
+      await sleep(700);
+      status('played-1', { conditions: ready(true), containerStatuses: [container({ ready: true, restartCount: 1, containerID: `containerd://${id}n`, state: { running: { startedAt: new Date().toISOString() } }, lastState: { terminated: { exitCode: 0, reason: 'Completed', containerID: `containerd://${id}0` } } })] });
+    };
+    let played: Promise<void> | undefined;
+    const round = await restartOnce(client, { target, round: 1, readyBy: Date.now() + 30_000, timeoutMs: 30_000, marginMs: 30_000, deadlines, signal: async () => ((played = kubelet()), noExec()) }, true);
+    await played;
+    expect(round.restartCount).toEqual({ before: 0, after: 1 });
+    expect(round.readyAfterMs).toBeGreaterThanOrEqual(1200);
+    expect(round.readyAfterMs).toBeLessThan(30_000);
+    expect(round.backOff).toEqual([]);
+    expect(round.failedStarts).toEqual([]);
+    // Without a node the API server has no log to give (an empty one): no line of the preflight, which the check says.
+    expect(round.preflight.lines).toEqual([]);
+    expect(round.checks.find((ch) => ch.name === 'preflight-ran')!.detail).toBe("no line of the preflight in the new container's log");
+    const checks = Object.fromEntries(round.checks.map((ch) => [ch.name, ch.ok]));
+    expect(checks).toEqual({ 'ready-again': true, 'one-restart': true, 'no-backoff': true, 'preflight-ran': false, 'no-vllm-error': true, 'restart-time': true });
+  });
+
+  it('a failed start on the way: restartCount +2, the failed start\'s exit, and the BackOff event counted since the signal only', async () => {
+    const target = await targetOf('played-2');
+    const event = (count: number) => ({
+      apiVersion: 'v1',
+      kind: 'Event',
+      metadata: { name: `played-2.backoff`, namespace: NS },
+      involvedObject: { kind: 'Pod', namespace: NS, name: 'played-2', uid: target.uid, fieldPath: 'spec.containers{model}' },
+      reason: 'BackOff',
+      message: 'Back-off restarting failed container model in pod played-2',
+      type: 'Warning',
+      count,
+      lastTimestamp: new Date().toISOString().replace(/\.\d+Z$/, 'Z'),
+      source: { component: 'kubelet' },
+    });
+    // A BackOff from before the signal: not this round's.
+    expect((await api('POST', `/api/v1/namespaces/${NS}/events`, event(2))).status).toBe(201);
+    const kubelet = async (): Promise<void> => {
+      await sleep(300);
+      status('played-2', { conditions: ready(false), containerStatuses: [container({ ready: false, restartCount: 1, containerID: `containerd://${id}f`, state: { terminated: { exitCode: 1, reason: 'Error', message: 'the first start failed', containerID: `containerd://${id}f` } }, lastState: { terminated: { exitCode: 0, containerID: `containerd://${id}1` } } })] });
+      await sleep(300);
+      const e = (await api('GET', `/api/v1/namespaces/${NS}/events/played-2.backoff`)).json();
+      expect((await api('PUT', `/api/v1/namespaces/${NS}/events/played-2.backoff`, { ...e, count: 3 })).status).toBe(200);
+      status('played-2', { containerStatuses: [container({ ready: false, restartCount: 2, containerID: `containerd://${id}g`, state: { running: { startedAt: new Date().toISOString() } }, lastState: { terminated: { exitCode: 1, reason: 'Error', containerID: `containerd://${id}f` } } })] });
+      await sleep(300);
+      status('played-2', { conditions: ready(true), containerStatuses: [container({ ready: true, restartCount: 2, containerID: `containerd://${id}g`, state: { running: { startedAt: new Date().toISOString() } }, lastState: { terminated: { exitCode: 1, reason: 'Error', containerID: `containerd://${id}f` } } })] });
+    };
+    status('played-2', { containerStatuses: [container({ ready: true, restartCount: 0, containerID: `containerd://${id}1`, state: { running: { startedAt: '2026-12-05T12:00:05Z' } } })] });
+    let played: Promise<void> | undefined;
+    const round = await restartOnce(client, { target, round: 1, readyBy: Date.now() + 30_000, timeoutMs: 30_000, marginMs: 30_000, deadlines, signal: async () => ((played = kubelet()), noExec()) }, true);
+    await played;
+    expect(round.restartCount).toEqual({ before: 0, after: 2 });
+    expect(round.failedStarts).toEqual([{ containerId: `containerd://${id}f`, exitCode: 1, reason: 'Error', message: 'the first start failed', freeMemory: [] }]);
+    expect(round.backOff.map((e) => [e.message, e.count])).toEqual([['Back-off restarting failed container model in pod played-2', 1]]);
+    const checks = Object.fromEntries(round.checks.map((ch) => [ch.name, ch.ok]));
+    expect(checks).toMatchObject({ 'ready-again': true, 'one-restart': false, 'no-backoff': false });
+  });
+
+  it('never Ready again: the round ends at its deadline with the state so far', async () => {
+    const target = await targetOf('played-3');
+    const kubelet = async (): Promise<void> => {
+      await sleep(300);
+      status('played-3', { conditions: ready(false), containerStatuses: [container({ ready: false, restartCount: 1, containerID: `containerd://${id}s`, state: { running: { startedAt: '2026-12-05T12:30:00Z' } }, lastState: { terminated: { exitCode: 0, containerID: `containerd://${id}0` } } })] });
+    };
+    let played: Promise<void> | undefined;
+    const started = Date.now();
+    const round = await restartOnce(client, { target, round: 1, readyBy: Date.now() + 3000, timeoutMs: 3000, marginMs: 30_000, deadlines, signal: async () => ((played = kubelet()), noExec()) }, true);
+    await played;
+    expect(Date.now() - started).toBeLessThan(3000 + 15_000);
+    expect(round.readyAfterMs).toBeUndefined();
+    expect(round.stateAtEnd).toBe('running since 2026-12-05T12:30:00Z, not ready');
+    expect(round.restartCount).toEqual({ before: 0, after: 1 });
+    const check = round.checks.find((ch) => ch.name === 'ready-again')!;
+    expect([check.ok, check.detail]).toEqual([false, 'container "model" not Ready again within 3.0 s (--timeout): running since 2026-12-05T12:30:00Z, not ready']);
   });
 });
