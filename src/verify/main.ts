@@ -192,7 +192,7 @@ export async function runVerify(argv: readonly string[], io: VerifyIO): Promise<
   } catch (failure) {
     const error = failure instanceof KubernetesApiError ? apiError(failure) : failure;
     if (!(error instanceof PreflightError)) return internal(io, error);
-    say(progress === undefined ? error : new PreflightError(error.code, `${error.message} (${progress})`, error.details));
+    say(progress === undefined ? error : new PreflightError(error.code, `${error.message} (${progress})`, { ...error.details, fix: error.details.fix }));
     return error.code === 'USAGE' ? EXIT_USAGE : EXIT_CANNOT_VERIFY;
   } finally {
     client?.close();
