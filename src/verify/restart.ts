@@ -164,12 +164,20 @@ export async function restartOnce(client: KubernetesClient, settings: RoundSetti
       fix: `check that the node is Ready and its kubelet reachable from the API server (kubectl get node ${t.node ?? 'NODE'}; kubectl -n ${t.namespace} exec ${t.pod} -c ${t.container} -- true)`,
     });
   }
-  if (exec.exitCode !== undefined && exec.exitCode !== 0) {
+  // 1 to 127: kill itself failed (not permitted, no such process). 128 and up: the shell was killed, as the container it ran in stopped: the signal went.
+  if (exec.exitCode !== undefined && exec.exitCode !== 0 && exec.exitCode < 128) {
     throw new PreflightError('CANNOT_VERIFY', `the signal failed in container "${t.container}": ${SIGNAL_COMMAND.join(' ')} exited ${exec.exitCode}${exec.stderr.trim() ? `: ${exec.stderr.trim().slice(0, 300)}` : ''}`, {
       fix: 'the container needs /bin/sh, whose kill is a builtin, and may not ignore SIGTERM as PID 1; run the same with kubectl exec to see why',
     });
   }
-  const outcome = exec.exitCode === 0 ? 'sent (the command exited 0)' : exec.status ? `sent (${String(exec.status.message ?? exec.status.status)})` : 'sent (the exec ended with the container, without an exit status)';
+  const outcome =
+    exec.exitCode === 0
+      ? 'sent (the command exited 0)'
+      : exec.exitCode !== undefined
+        ? `sent (the command ended with the container, exit ${exec.exitCode})`
+        : exec.status
+          ? `sent (${String(exec.status.message ?? exec.status.status)})`
+          : 'sent (the exec ended with the container, without an exit status)';
 
   const failedStarts: FailedStart[] = [];
   const seenFailures = new Set<string>();
@@ -203,6 +211,7 @@ export async function restartOnce(client: KubernetesClient, settings: RoundSetti
   };
 
   watching: while (Date.now() < settings.readyBy) {
+    const opened = Date.now();
     const left = Math.ceil((settings.readyBy - Date.now()) / 1000);
     const query = new URLSearchParams({ fieldSelector: `metadata.name=${t.pod}`, watch: '1', allowWatchBookmarks: 'true', resourceVersion, timeoutSeconds: String(Math.max(1, Math.min(300, left))) });
     for await (const event of watchObjects(client, `/api/v1/namespaces/${encodeURIComponent(t.namespace)}/pods?${query}`, { deadline: settings.readyBy, maxBytes: WATCH_EVENT_BYTES })) {
@@ -228,6 +237,8 @@ export async function restartOnce(client: KubernetesClient, settings: RoundSetti
         break watching;
       }
     }
+    // A watch the API server ended at once (not its timeoutSeconds): do not ask again in a tight loop.
+    if (Date.now() - opened < 1000) await new Promise((resolve) => setTimeout(resolve, 1000));
   }
 
   const statusAfter = statusOf(latest, t.container);
