@@ -38,7 +38,7 @@ function roundLines(r: Round, of: number): string[] {
     const shown = p.lines.length <= 8 ? p.lines : [...p.lines.slice(0, 4), `... ${p.lines.length - 6} more ...`, ...p.lines.slice(-2)];
     for (const l of shown) out.push(`    ${line(l)}`);
   }
-  if (p.firstShort) out.push(line(`  waited for: GPU ${p.firstShort.gpu} had ${p.firstShort.freeMiB} MiB free at the first check and needed ${p.firstShort.needMiB} MiB`));
+  if (p.firstShort) out.push(line(`  waited for: GPU ${p.firstShort.gpu} had ${p.firstShort.freeMiB} MiB free at the first check and needed ${p.firstShort.needMiB} MiB${p.gaveUp ? '' : " (the preflight names what holds the memory only when it gives up; nvidia-smi on the node shows it)"}`));
   if (p.gaveUp?.holders) out.push(line(`  holding GPU memory when it gave up: ${p.gaveUp.holders.length === 0 ? 'no process nvidia-smi could see from the container' : p.gaveUp.holders.map((h) => `pid ${h.pid} (${h.mib} MiB)`).join(', ')}`));
   for (const f of r.failedStarts) {
     out.push(line(`  a start that failed: exit ${f.exitCode ?? '?'}${f.reason ? ` (${f.reason})` : ''}${f.message ? `: ${f.message}` : ''}`));
