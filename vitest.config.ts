@@ -1,9 +1,11 @@
 import { defineConfig } from 'vitest/config';
 
-// The tests against the real control plane (scripts/cluster.sh) share one
-// kube-apiserver: their webhook configurations are cluster-wide, so those
-// files run one after another, beside the rest of the suite.
-const CLUSTER_TESTS = ['test/apiserver/**/*.test.ts', 'test/audit/**/*.test.ts', 'test/verify/verify.test.ts', 'test/verify/node.test.ts'];
+// The tests against the real cluster (scripts/cluster.sh) share one
+// kube-apiserver and one node: their webhook configurations are cluster-wide,
+// so those files run one after another, beside the rest of the suite. The docs
+// test installs the webhook chart as the docs do (a cluster-wide webhook
+// configuration for every namespace labelled vram-preflight.io/inject=enabled).
+const CLUSTER_TESTS = ['test/apiserver/**/*.test.ts', 'test/audit/**/*.test.ts', 'test/node/**/*.test.ts', 'test/docs-commands.test.ts', 'test/verify/verify.test.ts', 'test/verify/node.test.ts'];
 
 export default defineConfig({
   test: {

@@ -12,11 +12,16 @@
 //       (NODE_DISABLE_COMPILE_CACHE=1), and the first run (cache absent:
 //       compiles cold, warms up, writes the cache), and with fastParse off (the
 //       yaml library alone: what src/core/yaml/fast-parse.ts saves). With --before REF, also
-//       the bundle built from git REF, in the same interleaved rounds.
+//       the bundle built from git REF, in the same interleaved rounds (--before A,B: each).
 //       Each row gives the ratio and the milliseconds over `node -e 0`: the
 //       ratio alone flatters a slow machine (a larger floor, the same own cost).
 //       --rounds N sets the interleaved rounds of (a) (default 15; 6 with --quick).
 //                                           goals: vLLM <= 1.3x, llama.cpp <= 1.1x (CPU)
+//   (i) instructions (--only i, needs valgrind): the vLLM render and `node -e 0` counted by
+//       callgrind, with V8's random and hash seeds fixed and no address randomisation, so the
+//       count is the same run after run: on a busy machine, where CPU time is not, the figure
+//       to compare builds by (the bundle against each --before). Main thread and all threads
+//       (V8 compiles optimised code on others); never a substitute for (a)'s time on a quiet one.
 //   (b) `helm template` of test/charts/inference-zoo alone, with the bundle as
 //       post-renderer (Helm 3, by path) or plugin (Helm 4), and with a no-op
 //       node post-renderer (the floor for any post-renderer on Node)
@@ -49,7 +54,7 @@
 // comparison run interleaved, A B C A B C …, after warm-up rounds, so that a
 // noisy neighbour slows all alike; medians are reported.
 //
-//   node scripts/bench.mjs [--quick] [--only a,b,c,d,e,f] [--json FILE] [--before REF] [--nodes 20,22,24]
+//   node scripts/bench.mjs [--quick] [--only a,b,c,d,e,f,i] [--json FILE] [--before REF[,REF...]] [--nodes 20,22,24]
 import { execFileSync, spawn, spawnSync } from 'node:child_process';
 import { createInterface } from 'node:readline';
 import { copyFileSync, existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, symlinkSync, unlinkSync, writeFileSync } from 'node:fs';
@@ -76,7 +81,7 @@ const quick = argv.includes('--quick');
 const roundsA = flagValue('--rounds') === undefined ? undefined : Number(flagValue('--rounds'));
 const only = (flagValue('--only') ?? 'a,b,c,d,e,f').split(',');
 const jsonOut = flagValue('--json');
-const beforeRef = flagValue('--before');
+const beforeRefs = flagValue('--before')?.split(',') ?? [];
 const wantedNodes = flagValue('--nodes')?.split(',');
 
 const rusage = path.join(root, 'scripts/bench/rusage.py');
@@ -163,15 +168,16 @@ const clearCache = () => {
   for (const f of readdirSync(firstDir)) if (f.endsWith('.v8cache')) unlinkSync(path.join(firstDir, f));
 };
 
-let beforeBundle;
-if (beforeRef) {
-  const dir = path.join(work, 'before');
+/** The bundles of the --before refs, each built by its own scripts/build.mjs. */
+const befores = beforeRefs.map((ref, i) => {
+  const dir = path.join(work, `before-${i}`);
   mkdirSync(dir);
-  execFileSync('sh', ['-c', `git -C "${root}" archive "${beforeRef}" | tar -x -C "${dir}"`]);
+  execFileSync('sh', ['-c', `git -C "${root}" archive "${ref}" | tar -x -C "${dir}"`]);
   symlinkSync(path.join(root, 'node_modules'), path.join(dir, 'node_modules'));
-  beforeBundle = path.join(work, 'before-bundle', 'vram-preflight.cjs');
-  execFileSync(process.execPath, [path.join(dir, 'scripts/build.mjs'), '--outfile', beforeBundle], { stdio: ['ignore', 'ignore', 'inherit'] });
-}
+  const bundle = path.join(work, `before-bundle-${i}`, 'vram-preflight.cjs');
+  execFileSync(process.execPath, [path.join(dir, 'scripts/build.mjs'), '--outfile', bundle], { stdio: ['ignore', 'ignore', 'inherit'] });
+  return { ref, bundle };
+});
 
 const nodes = [{ major: Number(process.versions.node.split('.')[0]), version: process.version, bin: process.execPath }];
 const nodeCache = path.join(root, '.cache/node');
@@ -216,10 +222,10 @@ if (only.includes('a')) {
       // What the fast parse path (src/core/yaml/fast-parse.ts) saves: the same run with the yaml library alone.
       { label: 'vLLM render, fastParse off (yaml only)', cmd: n.bin, args: [bundle], input: realVllm, env: { VRAM_PREFLIGHT_FAST_PARSE: 'off' } },
     ];
-    if (beforeBundle) {
+    for (const { ref, bundle: before } of befores) {
       cases.push(
-        { label: `vLLM render, before (${beforeRef})`, cmd: n.bin, args: [beforeBundle], input: realVllm },
-        { label: `llama.cpp render, before (${beforeRef})`, cmd: n.bin, args: [beforeBundle], input: realLlama },
+        { label: `vLLM render, before (${ref})`, cmd: n.bin, args: [before], input: realVllm },
+        { label: `llama.cpp render, before (${ref})`, cmd: n.bin, args: [before], input: realLlama },
       );
     }
     const rows = await compare(cases, runs);
@@ -262,8 +268,8 @@ if (only.includes('b')) {
   } else say('  helm 3 missing (npm run fetch-helm); skipped');
   if (existsSync(helm4)) {
     const env = helmEnv(4);
-    const { dir } = await packagePlugin({ distDir: path.join(work, 'dist'), quiet: true });
-    execFileSync(helm4, ['plugin', 'install', dir], { env, stdio: 'ignore' });
+    const { tgz } = await packagePlugin({ distDir: path.join(work, 'dist'), quiet: true });
+    execFileSync(helm4, ['plugin', 'install', tgz, '--verify=false'], { env, stdio: 'ignore' });
     cases.push(
       { label: 'helm 4 template', cmd: helm4, args: ['template', 'zoo', chart], env },
       { label: 'helm 4 template --post-renderer (plugin)', cmd: helm4, args: ['template', 'zoo', chart, '--post-renderer', 'vram-preflight'], env },
@@ -292,7 +298,7 @@ if (only.includes('c')) {
     const output = path.join(work, `out-${count}.yaml`);
     const runs = quick || count === 10000 ? 2 : 3;
     const cases = [{ label: `${count} docs`, cmd: nodes[0].bin, args: [bundle], input, output }];
-    if (beforeBundle) cases.push({ label: `${count} docs, before (${beforeRef})`, cmd: nodes[0].bin, args: [beforeBundle], input });
+    for (const { ref, bundle: before } of befores) cases.push({ label: `${count} docs, before (${ref})`, cmd: nodes[0].bin, args: [before], input });
     const measured = await compare(cases, runs, 1);
     const wrapped = (readFileSync(output, 'utf8').match(/^ *# vram-preflight \d/gm) ?? []).length;
     for (const [k, r] of measured.entries()) {
@@ -383,6 +389,39 @@ if (only.includes('f')) {
   const code = await new Promise((resolve) => child.on('exit', resolve));
   if (code !== 0) throw new Error(`scripts/bench/apiserver.ts exited ${code}`);
   say(`  uptime: ${os.loadavg().map((l) => l.toFixed(2)).join(' ')} (load average 1, 5, 15 min, ${os.cpus().length} CPUs)`);
+}
+
+// (i) ------------------------------------------------------------------------
+if (only.includes('i')) {
+  section(`(i) instructions of the vLLM render (callgrind; Node ${nodes[0].version}, V8 seeds fixed, no address randomisation)`);
+  if (spawnSync('valgrind', ['--version']).status !== 0) {
+    say('  valgrind not found: skipped (Debian: apt-get install valgrind)');
+  } else {
+    // Fixed seeds make V8's hash tables and tiering the same run after run; the launcher keeps a code cache per set of flags.
+    const seeded = ['--random-seed=1', '--hash-seed=1'];
+    /** Instructions of one run: the main thread's and all threads'. */
+    const count = (args) => {
+      const out = path.join(work, 'callgrind.out');
+      for (const f of readdirSync(work)) if (f.startsWith('callgrind.out')) unlinkSync(path.join(work, f));
+      const r = spawnSync('setarch', [os.machine(), '-R', 'valgrind', '--tool=callgrind', '--separate-threads=yes', `--callgrind-out-file=${out}`, nodes[0].bin, ...seeded, ...args], { input: readFileSync(realVllm), env: baseEnv, maxBuffer: 1 << 26 });
+      if (r.status !== 0) throw new Error(`callgrind of ${args.join(' ')} exited ${r.status}: ${r.stderr.toString().slice(-500)}`);
+      const totals = readdirSync(work).filter((f) => f.startsWith('callgrind.out-')).sort().map((f) => Number(/^totals: (\d+)$/m.exec(readFileSync(path.join(work, f), 'utf8'))?.[1]));
+      return { main: totals[0], all: totals.reduce((a, b) => a + b, 0) };
+    };
+    const runs = quick ? 1 : 3;
+    const measured = (label, args) => {
+      if (args.length) spawnSync(nodes[0].bin, [...seeded, ...args], { input: readFileSync(realVllm), env: baseEnv }); // writes the seeded code cache
+      const counts = Array.from({ length: runs }, () => count(args));
+      return { label, main: median(counts.map((c) => c.main)), all: median(counts.map((c) => c.all)) };
+    };
+    const rows = [measured('node -e 0', ['-e', '0']), measured('vLLM render', [bundle]), ...befores.map(({ ref, bundle: before }) => measured(`vLLM render, before (${ref})`, [before]))];
+    const [floor] = rows;
+    const m = (n) => `${(n / 1e6).toFixed(2)} M`;
+    say(`  ${'case'.padEnd(48)} ${'main thread'.padStart(12)} ${'all threads'.padStart(12)} ${'ratio'.padStart(6)} ${'own (all)'.padStart(10)}`);
+    for (const r of rows) say(`  ${r.label.padEnd(48)} ${m(r.main).padStart(12)} ${m(r.all).padStart(12)} ${`${(r.all / floor.all).toFixed(2)}x`.padStart(6)} ${(r === floor ? '' : m(r.all - floor.all)).padStart(10)}`);
+    say(`  (median of ${runs} counted runs each; the same seeds give the same count, to within ~0.5 %)`);
+    results.i = rows;
+  }
 }
 
 if (jsonOut) writeFileSync(jsonOut, `${JSON.stringify(results, null, 2)}\n`);

@@ -8,8 +8,9 @@
 # the bundle from dist/), writes the bundle's V8 code cache by running
 # `vram-preflight --version` once inside that filesystem (chroot), then has
 # buildah (vfs storage, no daemon, no runtime: the Containerfile runs nothing)
-# build deploy/<target>/Containerfile on it with every timestamp at 0: the same
-# inputs give the same image digest. Needs buildah, and root or user namespaces
+# build deploy/<target>/Containerfile on it with every timestamp at 0, and
+# archives the OCI layout itself: the same inputs give the same image digest
+# and the same archive bytes. Needs buildah, and root or user namespaces
 # for the chroot. Run `node scripts/build.mjs` (and, for argocd-cmp,
 # scripts/fetch-helm.sh) first.
 set -euo pipefail
@@ -139,7 +140,17 @@ ref="localhost/$image:$version"
 buildah "${storage[@]}" bud --quiet --timestamp 0 --identity-label=false --omit-history --format oci \
   --build-arg "VERSION=$version" -f "$containerfile" -t "$ref" "$work/context" >/dev/null
 mkdir -p "$(dirname "$out")"
+out=$(cd "$(dirname "$out")" && pwd)/$(basename "$out")
 rm -f "$out"
-buildah "${storage[@]}" push --quiet "$ref" "oci-archive:$out:$image:$version"
+# An OCI layout directory, archived here rather than by the push: an
+# `oci-archive:` push stamps each entry with the time of the push, so two
+# builds of one commit gave the same image digest in different archive
+# bytes. Entries sorted, every time 0, owner root, modes fixed, plain ustar
+# (no pax headers with access times): the same image, the same bytes.
+layout=$work/layout
+buildah "${storage[@]}" push --quiet "$ref" "oci:$layout:$image:$version"
 buildah "${storage[@]}" rmi --all >/dev/null
+(cd "$layout" && tar --create --format=ustar --sort=name --mtime=@0 --owner=0 --group=0 --numeric-owner --mode='u=rwX,go=rX' \
+  --file "$out.partial" oci-layout index.json blobs)
+mv "$out.partial" "$out"
 echo "build-image: $out ($(skopeo inspect --format '{{.Digest}}' "oci-archive:$out"))"

@@ -5,6 +5,7 @@
 // race was found in), and prints a summary of each container's decision, then
 // the lines that changed (diff -U0), with the long runs shortened: the
 // preflight script to its first line, the original start to its first items.
+// Each container's reason is shown in full, folded between words.
 // The full output: node dist/vram-preflight.cjs < fixtures/real/vllm.input.yaml
 import { spawnSync } from 'node:child_process';
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
@@ -20,6 +21,21 @@ const WIDTH = 100;
 const RUN = 4;
 
 const cut = (line) => (line.length > WIDTH ? `${line.slice(0, WIDTH - 1)}…` : line);
+
+/** Prose folded at spaces into lines of at most WIDTH characters, each after `indent`: every word kept whole. */
+function fold(text, indent) {
+  const lines = [];
+  let line = '';
+  for (const word of text.split(/\s+/).filter((w) => w !== '')) {
+    if (line !== '' && indent.length + line.length + 1 + word.length > WIDTH) {
+      lines.push(indent + line);
+      line = word;
+    } else line = line === '' ? word : `${line} ${word}`;
+  }
+  if (line !== '') lines.push(indent + line);
+  // (A word longer than a whole line would stay whole on a line of its own.)
+  return lines;
+}
 
 function cli(args) {
   const r = spawnSync(process.execPath, [path.join(root, 'dist/vram-preflight.cjs'), ...args], { input: readFileSync(input), encoding: 'utf8', maxBuffer: 64 * 1024 * 1024 });
@@ -77,7 +93,7 @@ export async function example() {
   lines.push('Every other byte of the render is unchanged.', '');
   for (const c of report.containers) {
     lines.push(cut(`  ${c.workload}, container ${c.container} (${c.image}): ${c.action === 'wrap' ? 'WRAPPED' : 'left alone'}`));
-    lines.push(cut(`    ${c.reason}`));
+    lines.push(...fold(c.reason, '    '));
   }
   lines.push('', 'What changed (diff -U0 of the render and the rewrite, long runs shortened):');
   const hunks = diff.split('\n').filter((l) => !l.startsWith('---') && !l.startsWith('+++') && l !== '');

@@ -1,28 +1,37 @@
 #!/usr/bin/env node
-// `npm run package`: builds the bundle, then lays out the Helm 4 plugin
+// `npm run package`: builds the bundle, then archives the Helm 4 plugin as
+// <dist>/vram-preflight-<version>.tgz, holding under vram-preflight/:
 //
-//   <dist>/plugin/vram-preflight/
 //     plugin.yaml                    (the repository's helm-plugin/plugin.yaml, unchanged)
 //     bin/node-version-guard.cjs     (the Node.js >= 20 check plugin.yaml loads first)
 //     dist/vram-preflight.cjs        (the launcher, 0755, and next to it the
 //     dist/vram-preflight.app.js      application it loads, 0644: the self-contained
 //     dist/vram-preflight.webhook.cjs bundle, and the webhook and the audit it
 //     dist/vram-preflight.audit.cjs   requires for `vram-preflight webhook` and
-//                                     `vram-preflight audit` only, 0644; the same
-//                                     relative paths as in the npm package, so one
-//                                     plugin.yaml serves both)
+//                                     `vram-preflight audit` only, 0644)
 //     src/report.schema.json         (the schema of `explain --output json`)
 //     README.md, LICENSE (when the repository has one)
 //
-// and archives it as <dist>/vram-preflight-<version>.tgz, laid out the way
-// `helm plugin package` (Helm 4.1.4) lays out its archives: file name
-// <plugin name>-<version>.tgz, every entry under one top directory named after
-// the plugin (`vram-preflight`, `vram-preflight/bin`, ...: directories without
-// a trailing slash, in lexical walk order), ustar headers, and a gzip header
-// of 1f8b 08 00 00000000 00 ff (no name, no time, OS "unknown"), which is what
-// Go's gzip writer emits. Helm's installer derives the directory it expects
-// inside the archive from the FILE NAME (dropping `.tgz` and `-<version>`),
-// and checks the provenance (.prov) against the file name too: keep the name.
+// The archive only: no plugin DIRECTORY is left anywhere (the layout is staged
+// in a temporary directory and removed; a dist/plugin/ of an earlier version
+// of this script is removed too). A directory with a Helm 4 plugin.yaml at its
+// top is what Helm 3's `helm plugin install <dir>` links into its plugins
+// directory before it reads the file; it then cannot read it, and every later
+// `helm plugin list`/`uninstall` of Helm 3 fails for every plugin until the
+// link is deleted by hand (docs/install.md, "Helm 3 ... the way out"). Helm 3
+// refuses an archive file outright ("expected plugin to be a folder"), and
+// Helm 4 installs it (`helm plugin install <file>.tgz`, verified against its
+// .prov, or --verify=false for a build of your own).
+//
+// Laid out the way `helm plugin package` (Helm 4.1.4) lays out its archives:
+// file name <plugin name>-<version>.tgz, every entry under one top directory
+// named after the plugin (`vram-preflight`, `vram-preflight/bin`, ...:
+// directories without a trailing slash, in lexical walk order), ustar headers,
+// and a gzip header of 1f8b 08 00 00000000 00 ff (no name, no time, OS
+// "unknown"), which is what Go's gzip writer emits. Helm's installer derives
+// the directory it expects inside the archive from the FILE NAME (dropping
+// `.tgz` and `-<version>`), and checks the provenance (.prov) against the file
+// name too: keep the name.
 //
 // Unlike `helm plugin package`, the archive is reproducible: entries sorted,
 // owner root:root (uid/gid 0), modes 0755 for directories and executables and
@@ -35,7 +44,8 @@
 //   node scripts/package-plugin.mjs               into dist/
 //   node scripts/package-plugin.mjs --dist DIR    into DIR (the e2e tests use temp dirs)
 import { execFileSync } from 'node:child_process';
-import { chmodSync, copyFileSync, existsSync, mkdirSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import { chmodSync, copyFileSync, existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { gzipSync } from 'node:zlib';
@@ -59,13 +69,15 @@ export const PLUGIN_REPO_FILES = ['plugin.yaml', 'bin/node-version-guard.cjs', '
 
 /**
  * Where the plugin's plugin.yaml lives in the repository (it becomes plugin.yaml
- * at the top of the plugin directory and of the npm package): not at the top
- * of the repository, where `helm plugin install <git URL>` would find it
- * (Helm 3 would install a plugin it cannot read; docs/install.md).
+ * at the top of the archive's plugin directory, and nowhere else): not at the
+ * top of the repository, where `helm plugin install <git URL>` would find it
+ * (Helm 3 would install a plugin it cannot read; docs/install.md). Not in the
+ * npm package either, for the same reason: `helm plugin install
+ * "$(npm root -g)/vram-preflight"` under Helm 3 would link it.
  */
 export const PLUGIN_YAML_SOURCE = 'helm-plugin/plugin.yaml';
 
-/** A repository file of the plugin directory (or npm package): plugin.yaml comes from PLUGIN_YAML_SOURCE. */
+/** A repository file of the plugin archive: plugin.yaml comes from PLUGIN_YAML_SOURCE. */
 export const repoSource = (rel) => (rel === 'plugin.yaml' ? PLUGIN_YAML_SOURCE : rel);
 
 // Strict semver 2.0.0 (Helm 4.1.4 checks plugin versions with Masterminds' StrictNewVersion).
@@ -216,13 +228,23 @@ Requires \`node\` (>= 20) on the PATH that helm runs with.
 
 Helm 4 verifies vram-preflight-${version}.tgz.prov (next to the archive, or at
 the archive's URL + ".prov") against the keyring before it installs anything.
-Keep the file name: the signature and the installer both use it.
+Keep the file name: the signature and the installer both use it. An archive
+you built yourself (npm run package, npm run release -- --no-sign) has no
+.prov: install it with --verify=false.
 
-Helm 4 only. Keep it out of a plugins directory that Helm 3 reads (give Helm 4
-its own HELM_DATA_HOME); Helm 3 uses the npm package or the bundle
-(dist/vram-preflight.cjs, with dist/vram-preflight.app.js next to it) by path:
+Helm 4 only. Helm 3 refuses this archive, and must never be given this
+directory: Helm 3 links a directory into its plugins before it reads
+plugin.yaml, cannot read this one, and then lists, runs and uninstalls no
+plugin at all. If that happened, delete the link it made:
 
-    helm template my-release ./chart --post-renderer /path/to/dist/vram-preflight.cjs
+    rm "$(helm env HELM_PLUGINS)/vram-preflight"
+
+Keep Helm 4's plugins out of Helm 3's plugins directory (give Helm 4 its own
+HELM_DATA_HOME). Helm 3 takes the executable instead (the npm package puts
+vram-preflight on PATH, or the bundle dist/vram-preflight.cjs by path, with
+dist/vram-preflight.app.js next to it):
+
+    helm template my-release ./chart --post-renderer vram-preflight
 
 On failure Helm 4 prints only 'plugin "vram-preflight" exited with error';
 pass --post-renderer-args=--diagnostics-file=/tmp/vram-preflight.log (or set
@@ -231,8 +253,10 @@ VRAM_PREFLIGHT_DIAGNOSTICS_FILE) to keep the reason.
 }
 
 /**
- * Builds the bundle into distDir and lays out + archives the plugin there.
- * Returns { version, dir, tgz, bundle, distFiles, epoch }.
+ * Builds the bundle into distDir and archives the plugin there
+ * (<distDir>/vram-preflight-<version>.tgz; the layout is staged in a temporary
+ * directory and removed: no plugin directory is left, see the top of this file).
+ * Returns { version, tgz, entries, bundle, distFiles, epoch }.
  */
 export async function packagePlugin({ distDir = path.join(root, 'dist'), quiet = false, epoch = sourceDateEpoch() } = {}) {
   distDir = path.resolve(distDir);
@@ -240,33 +264,37 @@ export async function packagePlugin({ distDir = path.join(root, 'dist'), quiet =
   const { outfile } = await buildBundle({ outfile: path.join(distDir, 'vram-preflight.cjs'), quiet });
   const distFiles = DIST_FILES.map((f) => path.join(distDir, f));
   for (const f of distFiles) if (!existsSync(f)) throw new Error(`the build left no ${path.relative(root, f)} (listed in DIST_FILES)`);
+  // The plugin directory earlier versions of this script left here: a Helm 3 trap (see the top).
+  rmSync(path.join(distDir, 'plugin'), { recursive: true, force: true });
 
-  const pluginRoot = path.join(distDir, 'plugin');
-  const dir = path.join(pluginRoot, PLUGIN_NAME);
-  rmSync(pluginRoot, { recursive: true, force: true });
-  mkdirSync(path.join(dir, 'dist'), { recursive: true });
-  for (const rel of PLUGIN_REPO_FILES) {
-    mkdirSync(path.dirname(path.join(dir, rel)), { recursive: true });
-    writeFileSync(path.join(dir, rel), rel === 'plugin.yaml' ? pluginYaml : readFileSync(path.join(root, rel)));
-  }
-  for (const f of distFiles) {
-    const to = path.join(dir, 'dist', path.basename(f));
-    copyFileSync(f, to);
-    chmodSync(to, statSync(f).mode & 0o111 ? 0o755 : 0o644);
-  }
-  writeFileSync(path.join(dir, 'README.md'), pluginReadme(version));
-  const license = path.join(root, 'LICENSE');
-  if (existsSync(license)) copyFileSync(license, path.join(dir, 'LICENSE'));
-
+  const stage = mkdtempSync(path.join(tmpdir(), 'vram-preflight-plugin-'));
   const tgz = path.join(distDir, `${PLUGIN_NAME}-${version}.tgz`);
-  const entries = [{ name: PLUGIN_NAME, dir: true }, ...listTree(dir, PLUGIN_NAME)];
-  writeFileSync(tgz, makeTarGz(entries, epoch));
-  if (!quiet) {
-    process.stdout.write(`package: ${path.relative(process.cwd(), dir)}/\n`);
-    for (const e of entries.slice(1)) process.stdout.write(`  ${e.dir ? 'd' : e.mode === 0o755 ? 'x' : '-'} ${e.name}\n`);
-    process.stdout.write(`package: ${path.relative(process.cwd(), tgz)} ${(statSync(tgz).size / 1024).toFixed(1)} KiB\n`);
+  let entries;
+  try {
+    const dir = path.join(stage, PLUGIN_NAME);
+    mkdirSync(path.join(dir, 'dist'), { recursive: true });
+    for (const rel of PLUGIN_REPO_FILES) {
+      mkdirSync(path.dirname(path.join(dir, rel)), { recursive: true });
+      writeFileSync(path.join(dir, rel), rel === 'plugin.yaml' ? pluginYaml : readFileSync(path.join(root, rel)));
+    }
+    for (const f of distFiles) {
+      const to = path.join(dir, 'dist', path.basename(f));
+      copyFileSync(f, to);
+      chmodSync(to, statSync(f).mode & 0o111 ? 0o755 : 0o644);
+    }
+    writeFileSync(path.join(dir, 'README.md'), pluginReadme(version));
+    const license = path.join(root, 'LICENSE');
+    if (existsSync(license)) copyFileSync(license, path.join(dir, 'LICENSE'));
+    entries = [{ name: PLUGIN_NAME, dir: true }, ...listTree(dir, PLUGIN_NAME)];
+    writeFileSync(tgz, makeTarGz(entries, epoch));
+  } finally {
+    rmSync(stage, { recursive: true, force: true });
   }
-  return { version, dir, tgz, bundle: outfile, distFiles, epoch };
+  if (!quiet) {
+    process.stdout.write(`package: ${path.relative(process.cwd(), tgz)} ${(statSync(tgz).size / 1024).toFixed(1)} KiB (Helm 4: helm plugin install ${path.relative(process.cwd(), tgz)} --verify=false)\n`);
+    for (const e of entries.slice(1)) process.stdout.write(`  ${e.dir ? 'd' : e.mode === 0o755 ? 'x' : '-'} ${e.name}\n`);
+  }
+  return { version, tgz, entries: entries.map((e) => e.name), bundle: outfile, distFiles, epoch };
 }
 
 if (process.argv[1] && path.resolve(process.argv[1]) === fileURLToPath(import.meta.url)) {

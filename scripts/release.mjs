@@ -23,7 +23,9 @@
 //   vram-preflight-webhook-<v>.tgz    the webhook's Helm chart, its default image
 //                                     pinned by digest to the webhook image below
 //                                     (image.repository = <registry>/vram-preflight-webhook,
-//                                     image.digest = sha256:…); packaged by `helm package`
+//                                     image.digest = sha256:…), and naming where it is
+//                                     published (Chart.yaml's vram-preflight.io/chart,
+//                                     which its README and NOTES quote); packaged by `helm package`
 //   vram-preflight-webhook-<v>.tgz.prov
 //                                     its provenance: the text `helm package --sign`
 //                                     signs, signed by gpg as the plugin's is
@@ -75,6 +77,7 @@ import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { parse as parseYaml, stringify as stringifyYaml } from 'yaml';
+import { chartReadme } from './chart-schema.mjs';
 import { DIST_FILES, listTree, makeTarGz, packagePlugin, PLUGIN_NAME, PLUGIN_YAML_SOURCE, repoSource, root, sourceDateEpoch } from './package-plugin.mjs';
 
 class UsageError extends Error {}
@@ -236,7 +239,6 @@ function npmPack(stageDir, destDir, version) {
   const distPaths = new Set(DIST_FILES.map((f) => `dist/${f}`));
   for (const entry of pkg.files) {
     if (distPaths.has(entry) || entry === 'dist') continue;
-    // plugin.yaml at the top of the package (a Helm 4 plugin directory) comes from helm-plugin/plugin.yaml.
     const from = path.join(root, repoSource(entry));
     if (!existsSync(from)) throw new Error(`package.json "files" lists ${entry}, which is not in the checkout`);
     cpSync(from, path.join(pkgDir, entry), { recursive: true });
@@ -318,6 +320,14 @@ function packageChart(opts, stageDir, webhookImage, epoch, signing) {
     values = values.replace(line, pinned);
   }
   writeFileSync(valuesFile, values);
+  // Where this release publishes the chart: its NOTES and README name it, and the README's values table shows the pins.
+  const chartFile = path.join(chartDir, 'Chart.yaml');
+  const chartRef = /^  vram-preflight\.io\/chart: .*$/m;
+  const meta = readFileSync(chartFile, 'utf8');
+  if (!chartRef.test(meta)) throw new Error(`deploy/webhook/Chart.yaml: no annotation line ${chartRef} to set`);
+  writeFileSync(chartFile, meta.replace(chartRef, `  vram-preflight.io/chart: oci://${opts.registry}/charts/${CHART_NAME}`));
+  const readmeFile = path.join(chartDir, 'README.md');
+  writeFileSync(readmeFile, chartReadme(readFileSync(readmeFile, 'utf8'), chartDir));
   const stamp = new Date(epoch * 1000);
   for (const entry of [chartDir, ...readdirSync(chartDir, { recursive: true }).map((f) => path.join(chartDir, f))]) utimesSync(entry, stamp, stamp);
   if (!existsSync(opts.helm)) throw new UsageError(`no helm at ${opts.helm}: run bash scripts/fetch-helm.sh, or give --helm PATH (helm v4)`);

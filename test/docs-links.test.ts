@@ -4,7 +4,8 @@
  * heading of that file, as GitHub makes anchors of headings; a "file.md §N"
  * reference names a section N that the file has; no issue of this project is
  * cited by number. For README.md, CHANGELOG.md, docs/ and the webhook chart's
- * README.
+ * README; and the last two for the tests' own code too (test/), which names the
+ * docs section a case comes from, never an issue.
  */
 import { existsSync, readdirSync, readFileSync, statSync } from 'node:fs';
 import path from 'node:path';
@@ -16,6 +17,10 @@ const REPOSITORY = 'https://github.com/vram-preflight/vram-preflight/blob/';
 const markdown = (dir: string): string[] =>
   (readdirSync(path.join(ROOT, dir), { recursive: true }) as string[]).filter((f) => f.endsWith('.md')).map((f) => path.join(dir, f));
 const FILES = ['README.md', 'CHANGELOG.md', 'deploy/webhook/README.md', ...markdown('docs')];
+/** The tests' code: not the charts and Go modules they hold, nor the GPU runs' recorded output. */
+const TEST_CODE = (readdirSync(path.join(ROOT, 'test'), { recursive: true }) as string[])
+  .filter((f) => /\.(ts|mjs|py|sh)$/.test(f) && !/^(charts|cluster)\/|^gpu\/(results|out)\//.test(f))
+  .map((f) => path.join('test', f));
 
 /** The text outside fenced code blocks and inline code (a link shown as code is no link). */
 function prose(text: string): string {
@@ -85,7 +90,7 @@ describe('documentation links', () => {
     expect(broken).toEqual([]);
   });
 
-  it.each(FILES)('%s: every "file.md §N" names a section N of that file', (file) => {
+  it.each([...FILES, ...TEST_CODE])('%s: every "file.md §N" names a section N of that file', (file) => {
     const text = prose(readFileSync(path.join(ROOT, file), 'utf8'));
     const broken = [...text.matchAll(/([\w./-]+\.md)\)?\s+§(\d+)/g)].flatMap(([whole, target, n]) => {
       const name = target!.replace(/^.*\(/, '');
@@ -98,9 +103,16 @@ describe('documentation links', () => {
     expect(broken).toEqual([]);
   });
 
-  it.each(FILES)('%s: cites no issue of this project by number (a reader cannot follow it; other projects\' owner/repo#N are links of their own)', (file) => {
-    const cited = [...prose(readFileSync(path.join(ROOT, file), 'utf8')).matchAll(/\b(?:issues?|task) #?\d+/gi)].map((m) => m[0]);
+  it.each([...FILES, ...TEST_CODE])('%s: cites no issue of this project by number (a reader cannot follow it; other projects\' owner/repo#N are links of their own)', (file) => {
+    const text = readFileSync(path.join(ROOT, file), 'utf8');
+    const cited = [...(file.endsWith('.md') ? prose(text) : text).matchAll(/\b(?:issues?|task) #?\d+/gi)].map((m) => m[0]);
     expect(cited).toEqual([]);
+  });
+
+  it('the tests\' code is read too', () => {
+    expect(TEST_CODE.length).toBeGreaterThan(80);
+    expect(TEST_CODE).toContain('test/gpu/proof.py');
+    expect(TEST_CODE).toContain('test/docs-links.test.ts');
   });
 
   it('anchors: as GitHub makes them', () => {

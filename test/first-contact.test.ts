@@ -94,6 +94,21 @@ describe('npm run example fits a screen', () => {
     expect(run.stdout).toMatch(/^ {2}\+ {14}… \d+ more lines: the preflight script/m);
     expect(run.stdout).toMatch(/^ {2}\+ {12}- "--"$/m);
   });
+
+  it("each container's reason in full, folded between words (none cut mid-word)", () => {
+    const report = JSON.parse(
+      spawnSync(process.execPath, [path.join(ROOT, 'dist/vram-preflight.cjs'), 'explain', '--output', 'json'], { input: read('fixtures/real/vllm.input.yaml'), encoding: 'utf8' }).stdout,
+    ) as { containers: Array<{ reason: string }> };
+    const summary = lines.slice(4, lines.indexOf('', 4));
+    // The lines under each container's line (indented by 4) are its reason.
+    const shown: string[] = [];
+    for (const line of summary) {
+      if (/^ {4}\S/.test(line)) shown[shown.length - 1] += ` ${line.trim()}`;
+      else shown.push('');
+    }
+    expect(shown.map((s) => s.trim())).toEqual(report.containers.map((c) => c.reason.replace(/\s+/g, ' ')));
+    expect(summary.join('\n')).not.toContain('…');
+  });
 });
 
 describe('README on the test command', () => {

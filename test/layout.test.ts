@@ -2,6 +2,9 @@
  * The layout is the architecture: one pure core, doors that call it (the CLI,
  * the webhook, the audit), edges that touch the world for the doors (registry,
  * config, kubernetes).
+ * Inside the core, floors: the base, the stages, the decisions, the pipeline,
+ * the reports, and the face (src/core/index.ts), through which the doors and
+ * edges reach it.
  * This test keeps the import directions true; tsconfig.core.json keeps Node
  * out of the core's types (npm run typecheck).
  */
@@ -28,6 +31,38 @@ const MAY_IMPORT: Record<string, readonly string[]> = {
 /** Where one file may reach further, with why. The list only shrinks. */
 // (None: `vram-preflight webhook` and `vram-preflight audit` are bundles of their own, which src/cli/bin.ts requires by path at run time.)
 const EXCEPTIONS: readonly { from: string; to: string; why: string }[] = [];
+
+/**
+ * The core's floors, lowest first: a core file imports its own folder and lower floors only
+ * (the root files of one floor count as one folder). So the base knows no stage, the stages
+ * that read YAML, hold the tables and write the script know no decision, the decisions know
+ * not the pipeline that runs them, and nothing inside the core imports its face.
+ */
+const CORE_FLOORS: readonly (readonly string[])[] = [
+  ['values.ts', 'errors.ts', 'options.ts', 'version.ts', 'char-classes.ts', 'python-float.ts'], // the base
+  ['yaml/', 'tables/', 'preflight/'], // stages that need only the base
+  ['decide/'], // the decisions: which containers, which start, which utilization
+  ['transform.ts', 'patch.ts', 'lookups.ts'], // the pipeline: a stream, one object, registry lookups around them
+  ['report/'], // what a run is reported as
+  ['index.ts'], // the face
+];
+
+/**
+ * Outside the core, the core is reached through its face (src/core/index.ts) only, but where a
+ * bundle needs a narrower door. The list only shrinks.
+ */
+const AROUND_THE_FACE: readonly { from: string; to: string; why: string }[] = [
+  {
+    from: 'src/cli/launcher.ts',
+    to: 'src/core/decide/target-words.ts',
+    why: 'the launcher runs before the application on every render and must not bundle the core (LAUNCHER_IMPORTS)',
+  },
+  {
+    from: 'src/registry/index.ts',
+    to: 'src/core/tables/image-ref.ts',
+    why: "the registry is loaded lazily (import()): through the face, esbuild would wrap every module of the face in a lazy initialiser (+4 KiB, each core module's top level run through a call at every render)",
+  },
+];
 
 /** The launcher runs before the application on every render: it may import only these. */
 const LAUNCHER_IMPORTS = ['src/cli/process-io.ts', 'src/core/decide/target-words.ts'];
@@ -82,6 +117,30 @@ describe('layout: one core, several doors', () => {
     }
   });
 
+  it("the core's files each stand on a floor, and import only their own folder and lower floors", () => {
+    const floorOf = (repoPath: string): { floor: number; folder: string } => {
+      const inCore = repoPath.slice('src/core/'.length);
+      const folder = inCore.includes('/') ? `${inCore.split('/')[0]}/` : inCore;
+      const floor = CORE_FLOORS.findIndex((names) => names.includes(folder));
+      // The root files of a floor are one folder.
+      return { floor, folder: folder.endsWith('/') ? folder : `floor ${floor}` };
+    };
+    const coreFiles = filesUnder(path.join(SRC, 'core')).map((f) => path.relative(ROOT, f));
+    for (const file of coreFiles) expect(floorOf(file).floor, `${file} has no floor in CORE_FLOORS`).not.toBe(-1);
+    const crossing = all.filter((i) => area(i.file) === 'core' && i.target && area(i.target) === 'core' && floorOf(i.file).folder !== floorOf(i.target).folder);
+    expect(crossing.length).toBeGreaterThan(50);
+    const upOrSideways = crossing.filter((i) => floorOf(i.target!).floor >= floorOf(i.file).floor);
+    expect(upOrSideways.map((i) => `${i.file} -> ${i.spec}`)).toEqual([]);
+  });
+
+  it("outside the core, the core is reached through its face, src/core/index.ts", () => {
+    const around = all.filter((i) => area(i.file) !== 'core' && i.target && area(i.target) === 'core' && i.target !== 'src/core/index.ts');
+    const unexplained = around.filter((i) => !AROUND_THE_FACE.some((e) => e.from === i.file && e.to === i.target));
+    expect(unexplained.map((i) => `${i.file} -> ${i.spec}`)).toEqual([]);
+    // Each exception is still needed.
+    for (const e of AROUND_THE_FACE) expect(around.some((i) => i.file === e.from && i.target === e.to), `${e.from} -> ${e.to}`).toBe(true);
+  });
+
   it('the launcher imports only what a pass-through needs', () => {
     const launcher = all.filter((i) => i.file === 'src/cli/launcher.ts');
     for (const imp of launcher) {
@@ -106,11 +165,15 @@ describe('layout: one core, several doors', () => {
     expect(bin).toMatch(/const file = join\(__dirname, __vram_preflight_audit\)/);
   });
 
-  it('the registry client is loaded lazily (import()), never by a static import from a door', () => {
-    for (const imp of all.filter((i) => i.target?.startsWith('src/registry/') && !i.file.startsWith('src/registry/'))) {
+  it('the registry client is loaded lazily (import()), never by a static import from a door; its options (src/registry/options.ts) may be, and load no Node module', () => {
+    for (const imp of all.filter((i) => i.target?.startsWith('src/registry/') && !i.file.startsWith('src/registry/') && i.target !== 'src/registry/options.ts')) {
       const text = readFileSync(path.join(ROOT, imp.file), 'utf8');
       const statics = [...text.matchAll(/^import (?!type )[^;]*'([^']+)'/gm)].map((m) => m[1]);
       expect(statics, `${imp.file} imports the registry statically`).not.toContain(imp.spec);
     }
+    // What src/registry/options.ts imports at run time: the core only (the registry's own types are erased).
+    const options = readFileSync(path.join(SRC, 'registry/options.ts'), 'utf8');
+    const runtime = [...options.matchAll(/^import (?!type )[^;']*'([^']+)'/gm)].map((m) => m[1]!);
+    expect(runtime.filter((spec) => !spec.startsWith('../core/')), 'src/registry/options.ts imports at run time').toEqual([]);
   });
 });

@@ -9,10 +9,8 @@
  * called), the webhook configurations (installed? selecting this pod? since
  * when?), and the opt-outs. It reads no network and no clock.
  */
-import type { Action, ContainerReport, PatchResult } from '../core/index.js';
-import { ACTION_EFFECTS, ANNOTATION_NOT_WRAPPED, ANNOTATION_SKIP, ANNOTATION_WRAPPED, asObject } from '../core/index.js';
+import { type Action, ACTION_EFFECTS, ANNOTATION_NOT_WRAPPED, ANNOTATION_SKIP, ANNOTATION_WRAPPED, asObject, type ContainerReport, imageEntryFix, imageEntryYaml, type PatchResult, type Plain, type RegistryAnswers } from '../core/index.js';
 import { describeRequirement, labelChange, labelsOf, rulesCoverPodCreate, unmet, type Requirement } from './selection.js';
-import type { Plain } from '../core/values.js';
 
 
 /** The label the chart's objectSelector keeps out (the API server never sends such a pod): the annotation's key. */
@@ -67,6 +65,8 @@ export interface WebhookEntry {
   failurePolicy?: string;
   /** Where the API server calls it: `service NAMESPACE/NAME` or its URL. */
   target: string;
+  /** The replicas of the Deployment behind the Service (the chart names both alike), when the audit could read it. */
+  readiness?: { deployment: string; ready: number; desired: number };
 }
 
 export interface DecidedPod {
@@ -77,6 +77,8 @@ export interface DecidedPod {
   claimFailures: ReadonlyMap<string, string>;
   /** Opted out by annotation: the decision for the same pod without it (which containers it keeps out). */
   withoutOptOut?: PatchResult;
+  /** The registry answers it was decided with. */
+  registry?: RegistryAnswers;
 }
 
 /** The webhook configurations as seen by the audit: those it judges by, by name. */
@@ -229,10 +231,15 @@ function selectionWhy(pod: PodFacts, namespaceLabels: Readonly<Record<string, st
   }
   const hook = selecting[0]!;
   const conditions = hook.matchConditions > 0 ? `, or its ${hook.matchConditions} matchConditions (CEL, not evaluated here) left it out` : '';
+  const r = hook.readiness;
+  const now = r ? `; now its Deployment ${r.deployment} has ${r.ready} of ${r.desired} replicas ready` : '';
+  const check = r && r.ready < Math.max(1, r.desired)
+    ? `bring the webhook up (kubectl -n ${r.deployment.split('/')[0]} describe deployment ${r.deployment.split('/')[1]}: ${r.ready} of ${r.desired} replicas ready; its pods' events and logs say why)`
+    : "check that the webhook is up and reachable (its pods and endpoints; the API server's apiserver_admission_webhook_fail_open_count counts pods admitted without it)";
   return {
     code: 'webhook-not-called',
-    detail: `${hook.configuration} selects this pod, yet it was not wrapped and carries no vram-preflight.io annotation: the webhook (${hook.target}) was not called or did not answer when the pod was created, so failurePolicy ${hook.failurePolicy ?? 'Fail'} admitted it unchanged (the webhook down, not ready, unreachable or slower than its timeout), or the namespace was labelled after the pod was created${conditions}`,
-    fix: `check that the webhook is up and reachable (its pods and endpoints; the API server's apiserver_admission_webhook_fail_open_count counts pods admitted without it), then ${recreate(pod)}`,
+    detail: `${hook.configuration} selects this pod, yet it was not wrapped and carries no vram-preflight.io annotation: the webhook (${hook.target}) was not called or did not answer when the pod was created, so failurePolicy ${hook.failurePolicy ?? 'Fail'} admitted it unchanged (the webhook down, not ready, unreachable or slower than its timeout), or the namespace was labelled after the pod was created${conditions}${now}`,
+    fix: `${check}, then ${recreate(pod)}`,
   };
 }
 
@@ -242,6 +249,22 @@ function namespaceFix(pod: PodFacts, r: Requirement, labels: Readonly<Record<str
   }
   const change = labelChange(r, labels);
   return `${change ? `kubectl label namespace ${pod.namespace} ${change}, then ` : ''}${recreate(pod)}`;
+}
+
+/**
+ * The fix of a container the webhook refused, in the webhook's terms: for a
+ * start only a config entry or a registry can place, the entry to add to the
+ * chart's `config.images` (as the webhook's own annotation gives it), not the
+ * CLI's --config file; else the core's fix.
+ */
+function webhookFix(decided: DecidedPod, report: ContainerReport, then: string): string {
+  if (report.error?.code !== 'UNKNOWN_START' || report.image === undefined) return `${report.error?.details.fix ?? 'see docs/errors.md'}; then ${then}`;
+  const container = (Array.isArray(asObject(decided.pod.spec)?.containers) ? (asObject(decided.pod.spec)!.containers as unknown[]) : []).map(asObject).find((c) => c?.name === report.container);
+  const answer = decided.registry?.get(report.image.trim());
+  const failed = answer !== undefined && 'error' in answer;
+  const entry = imageEntryFix(report.image, Array.isArray(container?.args) && container.args.length > 0, failed, failed && answer.notAllowed === true);
+  const how = entry.like !== undefined ? `a mirror of ${entry.like}` : (entry.howToRead ?? '');
+  return [`add this entry to config.images in the webhook chart's values (${how}) and helm upgrade, then ${then}:`, '  config:', '    images:', ...imageEntryYaml(entry, '      ')].join('\n');
 }
 
 /** A container the audit is about: one the core would change or could not (vLLM on an NVIDIA GPU), as the core's own table says. */
@@ -304,7 +327,7 @@ export function classifyPod(decided: DecidedPod, namespaceLabels: Readonly<Recor
       };
     } else if (said !== undefined) {
       const now = report.action === 'error'
-        ? `${report.error?.details.fix ?? 'see docs/errors.md'}; then ${recreate(pod)}`
+        ? webhookFix(decided, report, recreate(pod))
         : `the webhook would wrap it now (with the config given to this audit: what it lacked at admission, a config entry or a registry answer, is there now): ${recreate(pod)}`;
       why = { code: 'not-wrapped', detail: `the webhook refused to wrap it at admission: ${said}`, fix: now };
     } else if (listed(pod.annotations[ANNOTATION_WRAPPED], report.container)) {

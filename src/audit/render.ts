@@ -4,8 +4,7 @@
  * (src/audit.schema.json). Both are functions of the result alone: the same
  * cluster gives the same bytes.
  */
-import { escapeControl } from '../core/errors.js';
-import { VERSION } from '../core/version.js';
+import { escapeControl, VERSION } from '../core/index.js';
 import type { AuditResult } from './audit.js';
 import type { AuditedContainer, Status } from './classify.js';
 

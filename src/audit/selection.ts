@@ -7,7 +7,7 @@
  * empty or absent selector selects everything). A requirement that does not
  * hold is returned as a value, with the label change that would make it hold.
  */
-import { asObject, type Plain } from '../core/values.js';
+import { asObject, type Plain } from '../core/index.js';
 
 type Labels = Readonly<Record<string, string>>;
 

@@ -15,22 +15,26 @@
  */
 import { existsSync, readFileSync, writeFileSync } from 'node:fs';
 import { basename, join } from 'node:path';
+import { PreflightError } from '../core/index.js';
 import { main } from './main.js';
-import { finish, stderr, stdout, takeStdin } from './process-io.js';
+import { describeStdinFailure, finish, flushStdout, isStdinFailure, readStdinUpTo, stderr, stdout, takeStdin, type StdinFailure } from './process-io.js';
 
 export { warmUp } from './warmup.js';
 export { EXIT_WRITE_FAILED } from './process-io.js';
 
 const argv = process.argv.slice(2);
 
-if (argv[0] === 'webhook' || argv[0] === 'admit') {
-  startWebhook(argv[0]);
+if (argv[0] === 'webhook') {
+  startWebhook();
+} else if (argv[0] === 'admit') {
+  startAdmit();
 } else if (argv[0] === 'audit' || argv[0] === 'verify') {
   startClusterDoor(argv[0]);
 } else {
   main(argv, {
     stdin: (async function* () {
       const read = await takeStdin();
+      if (isStdinFailure(read)) throw unreadableStdin(read);
       if (Array.isArray(read)) yield* read;
       else yield read;
     })(),
@@ -78,11 +82,49 @@ function internalError(error: unknown): void {
   process.exitCode = 70;
 }
 
-function startWebhook(command: 'webhook' | 'admit'): void {
+/** stdin that cannot be read is a problem of the input, reported as every other one (exit 1). */
+function unreadableStdin(failure: StdinFailure): PreflightError {
+  return new PreflightError('IO', `cannot read stdin: ${describeStdinFailure(failure)}`, {
+    fix: 'give the rendered manifests on stdin: vram-preflight < rendered.yaml, or helm template ... | vram-preflight',
+  });
+}
+
+/** The webhook's bundle: `webhook` and `admit` (./process-io.ts's stdout for both: a failed write is exit 74 and one line). */
+interface WebhookDoor {
+  runWebhook(argv: readonly string[], io: { stdout: { write(text: string): unknown }; stderr: { write(text: string): unknown }; env: NodeJS.ProcessEnv }): Promise<void>;
+  runAdmit(
+    argv: readonly string[],
+    io: { stdin(limit: number): Promise<Buffer | { cannotRead: string }>; stdout: typeof stdout; stderr: typeof stderr; env: NodeJS.ProcessEnv; readFile(path: string): string },
+  ): Promise<number>;
+}
+
+function webhookDoor(): WebhookDoor | undefined {
   const file = join(__dirname, __vram_preflight_webhook);
-  const webhook = requireDoor<{ runWebhook(argv: readonly string[]): Promise<void>; runAdmitProcess(argv: readonly string[]): Promise<void> }>(file, 'the webhook');
-  if (!webhook) return;
-  (command === 'admit' ? webhook.runAdmitProcess(argv.slice(1)) : webhook.runWebhook(argv.slice(1))).catch(internalError);
+  return requireDoor<WebhookDoor>(file, 'the webhook');
+}
+
+/** `vram-preflight webhook`: its `listening PORT` line goes out at once (scripts wait for it); --help to a stdout that fails: exit 74. */
+function startWebhook(): void {
+  const webhook = webhookDoor();
+  const now = { write: (text: string): boolean => (stdout.write(text), flushStdout(), true) };
+  webhook?.runWebhook(argv.slice(1), { stdout: now, stderr: process.stderr, env: process.env }).then(() => finish(typeof process.exitCode === 'number' ? process.exitCode : 0), internalError);
+}
+
+/** `vram-preflight admit`: stdin read as the webhook reads a body (at most its limit), stdout as a render's. */
+function startAdmit(): void {
+  const webhook = webhookDoor();
+  webhook
+    ?.runAdmit(argv.slice(1), {
+      stdin: async (limit) => {
+        const read = await readStdinUpTo(limit);
+        return isStdinFailure(read) ? { cannotRead: describeStdinFailure(read) } : read;
+      },
+      stdout,
+      stderr,
+      env: process.env,
+      readFile: (path) => readFileSync(path, 'utf8'),
+    })
+    .then(finish, internalError);
 }
 
 /**

@@ -8,18 +8,13 @@
  * written to stdout.
  */
 import { isUtf8 } from 'node:buffer';
-import { CONFIG_FLAG, type Options } from '../config/sources.js';
+import { CONFIG_FLAG } from '../config/sources.js';
 import { optionHelp, parseCommandLine } from '../config/flags.js';
 import { closest, quoteBounded } from '../config/suggest.js';
 import { resolveOptions } from '../config/load.js';
-import { escapeControl, PreflightError } from '../core/errors.js';
-import { renderExplanation } from '../core/report/explain.js';
-import { renderReport } from '../core/report/report.js';
+import { type CandidateRule, escapeControl, type Options, PreflightError, renderExplanation, renderReport, type StreamText, transform, type TransformResult, VERSION, withLookups } from '../core/index.js';
 import type { ImageStartAnswer, LookupFailure, RegistryOptions } from '../registry/index.js';
-import type { StreamText } from '../core/yaml/stream.js';
-import { transform, type CandidateRule, type TransformResult } from '../core/transform.js';
-import { withLookups } from '../core/lookups.js';
-import { VERSION } from '../core/version.js';
+import { COMMAND_BUDGET, registryOptions, withTypedImages } from '../registry/options.js';
 
 export interface CliIO {
   stdin: AsyncIterable<Uint8Array | string>;
@@ -30,21 +25,6 @@ export interface CliIO {
   writeFile(path: string, text: string): void;
   /** Reads image starts from registries (src/registry); absent: no lookups. */
   lookupImageStarts?(images: readonly string[], options: RegistryOptions): Promise<Map<string, ImageStartAnswer | LookupFailure>>;
-}
-
-/** The registry client's options from ours. */
-export function registryOptions(options: Options, env: CliIO['env']): RegistryOptions {
-  const requestTimeoutMs = Math.round(options.registryTimeoutSeconds * 1000);
-  return {
-    platform: options.registryPlatform,
-    cacheDir: options.cacheDir,
-    requestTimeoutMs,
-    // Every image together: a lookup never holds helm (or Argo CD's 60 s deadline) for long.
-    totalTimeoutMs: Math.max(15_000, 3 * requestTimeoutMs),
-    insecureRegistries: options.registryInsecure,
-    caFile: options.registryCaFile,
-    env,
-  };
 }
 
 const HELP = `vram-preflight ${VERSION}: make vLLM containers wait for GPU memory before they start
@@ -195,7 +175,8 @@ async function resolveImages(images: readonly string[], options: Options, io: Cl
   if (!io.lookupImageStarts) throw new PreflightError('IO', 'registry lookups are not available in this build', {
     fix: 'run resolve with the vram-preflight of the npm package or the Helm plugin, which can look images up',
   });
-  const answers = await io.lookupImageStarts(images, registryOptions(options, io.env));
+  // The operator typed these images: their registries may be asked, wherever they are (docs/registry-lookup.md).
+  const answers = await io.lookupImageStarts(images, registryOptions(withTypedImages(options, images), io.env, COMMAND_BUDGET));
   const failures = [...answers.values()].filter((a): a is LookupFailure => 'error' in a);
   const found = [...answers.values()].filter((a): a is ImageStartAnswer => !('error' in a));
   const warnings = [...new Set(found.flatMap((a) => (a.warning ? [`warning: ${escapeControl(`${a.image}: ${a.warning}`)}`] : [])))];
@@ -232,7 +213,7 @@ function resolveFix(failure: LookupFailure): string {
  * containers (docs/report.md). Both write the same manifests, warnings and errors.
  */
 function transformWithLookups(input: StreamText, options: Options, io: CliIO, candidates: CandidateRule): Promise<TransformResult> {
-  const lookup = io.lookupImageStarts && ((images: readonly string[]) => io.lookupImageStarts!(images, registryOptions(options, io.env)));
+  const lookup = io.lookupImageStarts && ((images: readonly string[]) => io.lookupImageStarts!(images, registryOptions(options, io.env, COMMAND_BUDGET)));
   return withLookups((registry) => transform(input, options, { registry, candidates }), options.registryLookup, lookup);
 }
 

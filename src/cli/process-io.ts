@@ -93,7 +93,8 @@ const WRITE_BATCH = 1 << 18;
 let batch: Buffer | undefined;
 let batched = 0;
 
-function flushStdout(): void {
+/** Writes what is batched for stdout now (a long-running door's stdout line must not wait for the run's end). */
+export function flushStdout(): void {
   if (batched === 0 || batch === undefined) return;
   const bytes = batch.subarray(0, batched);
   batched = 0;
@@ -134,6 +135,34 @@ const WHY: Record<string, string> = {
 };
 
 /**
+ * stdin that cannot be read (EISDIR: `vram-preflight < chart/templates`;
+ * EBADF: stdin open for writing only): the errno code. Returned, not thrown,
+ * so that the launcher hands it to the application like any input, and the
+ * application reports it as it reports every input problem.
+ */
+export interface StdinFailure {
+  readonly unreadable: string;
+}
+
+export function isStdinFailure(read: unknown): read is StdinFailure {
+  return typeof read === 'object' && read !== null && 'unreadable' in read;
+}
+
+const UNREADABLE: Record<string, string> = {
+  EISDIR: 'it is a directory',
+  EBADF: 'it is not open for reading',
+  EINVAL: 'it cannot be read',
+  EIO: 'input/output error',
+};
+
+/** Why stdin could not be read, in words: `it is a directory (EISDIR)`. */
+export function describeStdinFailure(failure: StdinFailure): string {
+  return `${UNREADABLE[failure.unreadable] ?? 'read error'} (${failure.unreadable})`;
+}
+
+const failedRead = (error: unknown): StdinFailure => ({ unreadable: (error as NodeJS.ErrnoException).code ?? String((error as Error).message ?? error) });
+
+/**
  * Bytes read at a time, into one buffer used again for every piece: a pipe
  * never costs a copy of what came before (a doubling buffer copies the input
  * once more, and every page first touched costs). From 1,031,913 bytes on,
@@ -152,7 +181,7 @@ const READ_PIECE = 1 << 20;
  * check and decode as UTF-8. A non-blocking stdin (EAGAIN) continues through
  * process.stdin.
  */
-export function readStdin(): string[] | Buffer | Promise<Buffer> {
+export function readStdin(): string[] | Buffer | StdinFailure | Promise<Buffer | StdinFailure> {
   const buffer = Buffer.allocUnsafe(READ_PIECE);
   let text: string[] | undefined = [];
   let bytes: Buffer[] = [];
@@ -187,7 +216,7 @@ export function readStdin(): string[] | Buffer | Promise<Buffer> {
         return readRest(text === undefined ? Buffer.concat(bytes) : Buffer.from(text.join(''), 'latin1'));
       }
       if (code === 'EOF') break;
-      throw error;
+      return failedRead(error);
     }
     if (n === 0) break;
     length += n;
@@ -200,9 +229,44 @@ export function readStdin(): string[] | Buffer | Promise<Buffer> {
   return all;
 }
 
-async function readRest(head: Buffer): Promise<Buffer> {
+async function readRest(head: Buffer, limit = Infinity): Promise<Buffer | StdinFailure> {
   const parts: Buffer[] = [head];
-  for await (const chunk of process.stdin) parts.push(chunk as Buffer);
+  let size = head.length;
+  try {
+    for await (const chunk of process.stdin) {
+      parts.push(chunk as Buffer);
+      size += (chunk as Buffer).length;
+      if (size > limit) break;
+    }
+  } catch (error) {
+    return failedRead(error);
+  }
+  return Buffer.concat(parts);
+}
+
+/**
+ * stdin as bytes, at most `limit` of them and one more (which tells that there
+ * was more): `admit` reads what the webhook's body reader reads, never a whole
+ * stream of any size into memory.
+ */
+export function readStdinUpTo(limit: number): Buffer | StdinFailure | Promise<Buffer | StdinFailure> {
+  const buffer = Buffer.allocUnsafe(Math.min(READ_PIECE, limit + 1));
+  const parts: Buffer[] = [];
+  let size = 0;
+  while (size <= limit) {
+    let n: number;
+    try {
+      n = readSync(0, buffer, 0, Math.min(buffer.length, limit + 1 - size), null);
+    } catch (error) {
+      const code = (error as NodeJS.ErrnoException).code;
+      if (code === 'EAGAIN') return readRest(Buffer.concat(parts), limit);
+      if (code === 'EOF') break;
+      return failedRead(error);
+    }
+    if (n === 0) break;
+    parts.push(Buffer.from(buffer.subarray(0, n)));
+    size += n;
+  }
   return Buffer.concat(parts);
 }
 

@@ -11,7 +11,7 @@
  * and config keys) are rows here too, so a flag is never added to one door
  * and forgotten in the other.
  */
-import { PreflightError } from '../core/errors.js';
+import { PreflightError } from '../core/index.js';
 import { CONFIG_ENV, CONFIG_FLAG, SCALAR_OPTIONS } from './sources.js';
 import { closest } from './suggest.js';
 
@@ -40,9 +40,6 @@ export interface FlagRow {
 /** Wrap options that only a render uses: the webhook answers the API server, writes no files and reads no YAML. */
 const RENDER_ONLY_KEYS: ReadonlySet<string> = new Set(['diagnosticsFile', 'reportFile', 'fastParse']);
 
-/** Wrap options of the admission doors only: which registries the webhook may be aimed at (the render, the audit and resolve run where their user runs them). */
-const ADMISSION_ONLY_KEYS: ReadonlySet<string> = new Set(['registryAllow']);
-
 /** Why a render-only option means nothing to the webhook (its messages say it). */
 export const RENDER_ONLY_WHY = 'the webhook writes no diagnostics or report file (it logs JSON lines and answers the API server) and reads no YAML';
 
@@ -61,10 +58,10 @@ export function refuseRenderOnlyEnv(env: Readonly<Record<string, string | undefi
 
 const WRAP_ROWS: readonly FlagRow[] = [
   { flag: CONFIG_FLAG, value: 'FILE', env: CONFIG_ENV, help: 'YAML or JSON config file (schema: config.schema.json)', doors: ['render', 'webhook', 'admit', 'audit', 'verify'], kind: 'wrap' },
-  ...SCALAR_OPTIONS.map((o): FlagRow => ({ flag: o.flag, value: 'VALUE', env: o.env, help: o.help, doors: RENDER_ONLY_KEYS.has(o.key) ? ['render'] : ADMISSION_ONLY_KEYS.has(o.key) ? ['webhook', 'admit'] : ['render', 'webhook', 'admit', 'audit', 'verify'], kind: 'wrap' })),
+  ...SCALAR_OPTIONS.map((o): FlagRow => ({ flag: o.flag, value: 'VALUE', env: o.env, help: o.help, doors: RENDER_ONLY_KEYS.has(o.key) ? ['render'] : ['render', 'webhook', 'admit', 'audit', 'verify'], kind: 'wrap' })),
 ];
 
-const RENDER_ROWS: readonly FlagRow[] = [{ flag: '--output', value: 'text|json', help: "explain's and admit's format (json: src/report.schema.json)", doors: ['render'], kind: 'door' }];
+const RENDER_ROWS: readonly FlagRow[] = [{ flag: '--output', value: 'text|json', help: "explain's format (json: src/report.schema.json; admit's --output: vram-preflight admit --help)", doors: ['render'], kind: 'door' }];
 
 const SWITCH_ROWS: readonly FlagRow[] = [
   { flag: '--help', aliases: ['-h'], help: 'show this help', doors: ['render', 'webhook', 'admit', 'audit', 'verify'], kind: 'door' },

@@ -5,8 +5,7 @@
  * config file changes), so both read the same file the same way.
  */
 import { CONFIG_ENV, mergeOptions, optionsFromEnv, optionsFromFile, optionsFromFlags, type Options } from './sources.js';
-import { PreflightError } from '../core/errors.js';
-import { checkPreflightOptions } from '../core/preflight.js';
+import { checkPreflightOptions, PreflightError } from '../core/index.js';
 
 export interface OptionSources {
   /** `--config`; absent: VRAM_PREFLIGHT_CONFIG. */

@@ -5,15 +5,12 @@
  * the same whichever way it came in. Reading files and the environment stays
  * in the CLI; this module only turns text into options.
  */
-import { parse as parseYaml } from 'yaml';
-import { PreflightError } from '../core/errors.js';
+import { isCollection, parseDocument, visit } from 'yaml';
+import { DEFAULT_OPTIONS, type ImageStart, KNOWN_IMAGES, type Options, PreflightError } from '../core/index.js';
+export { DEFAULT_OPTIONS, type ImageStart, type Options, type RegistryLookupMode } from '../core/index.js';
 import { validateConfig, type SchemaError } from './validate.js';
 import { closest, quoteBounded } from './suggest.js';
-import { KNOWN_IMAGES } from '../core/tables/images.js';
-import { DEFAULT_OPTIONS, type ImageStart, type Options } from '../core/options.js';
 
-export type { ImageStart, Options, RegistryLookupMode } from '../core/options.js';
-export { DEFAULT_OPTIONS } from '../core/options.js';
 
 type Key = keyof Options;
 type ValueKind = 'number' | 'text' | 'list';
@@ -35,7 +32,7 @@ export const SCALAR_OPTIONS: readonly { key: Key; flag: string; env: string; kin
   { key: 'registryPlatform', flag: '--registry-platform', env: 'VRAM_PREFLIGHT_REGISTRY_PLATFORM', kind: 'text', help: 'platform of multi-arch images, os/arch[/variant] (default linux/amd64)' },
   { key: 'registryTimeoutSeconds', flag: '--registry-timeout-seconds', env: 'VRAM_PREFLIGHT_REGISTRY_TIMEOUT_SECONDS', kind: 'number', help: 'per-request registry timeout (default 5)' },
   { key: 'registryInsecure', flag: '--registry-insecure', env: 'VRAM_PREFLIGHT_REGISTRY_INSECURE', kind: 'list', help: 'registry host[:port] reached over plain HTTP or unverified TLS (repeatable; env: comma list)' },
-  { key: 'registryAllow', flag: '--registry-allow', env: 'VRAM_PREFLIGHT_REGISTRY_ALLOW', kind: 'list', help: 'registry host, host:port or *.domain the webhook may look up, besides the image table\'s and those the config names (repeatable; env: comma list)' },
+  { key: 'registryAllow', flag: '--registry-allow', env: 'VRAM_PREFLIGHT_REGISTRY_ALLOW', kind: 'list', help: 'registry host, host:port or *.domain that lookups may reach, besides the image table\'s and those the config names (repeatable; env: comma list)' },
   { key: 'registryCaFile', flag: '--registry-ca-file', env: 'VRAM_PREFLIGHT_REGISTRY_CA_FILE', kind: 'text', help: 'extra CA certificates (PEM) trusted for registries' },
   { key: 'fastParse', flag: '--fast-parse', env: 'VRAM_PREFLIGHT_FAST_PARSE', kind: 'text', help: 'on|off: read plain rendered YAML with the fast parser, falling back to the yaml library (default on)' },
   { key: 'cacheDir', flag: '--cache-dir', env: 'VRAM_PREFLIGHT_CACHE_DIR', kind: 'text', help: 'registry answer cache (default $XDG_CACHE_HOME/vram-preflight; the webhook: $TMPDIR/vram-preflight-cache)' },
@@ -53,7 +50,9 @@ function convert(kind: ValueKind, text: string): unknown {
     // Number('') is 0 and Number('0x10') is 16: accept plain decimals only.
     return /^[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?$/.test(trimmed) ? Number(trimmed) : text;
   }
-  if (kind === 'list') return text.split(',').map((s) => s.trim()).filter((s) => s !== '');
+  // Every item is kept, an empty one too: the schema refuses it, as it refuses `containerNames: [""]` in a config file
+  // (`--container-name="$NAME"` with NAME unset would otherwise select every container in silence).
+  if (kind === 'list') return text.split(',').map((s) => s.trim());
   return text;
 }
 
@@ -97,9 +96,23 @@ export function optionsFromFlags(flags: readonly { flag: string; value: string }
 
 /** A config file's text (YAML or JSON; JSON is YAML). */
 export function optionsFromFile(text: string, path: string): PartialOptions {
+  // logLevel error: the yaml library's own warnings (a collection key) would go to Node's process warnings on stderr.
+  const doc = parseDocument(text, { prettyErrors: true, logLevel: 'error' });
+  const syntax = doc.errors[0];
+  if (syntax) {
+    throw new PreflightError('BAD_CONFIG', `config file ${path} is not valid YAML: ${syntax.message.split('\n')[0]}`, {
+      fix: 'correct the YAML of the config file; docs/configuration.md shows its form',
+    });
+  }
+  const collectionKey = firstCollectionKey(doc, text);
+  if (collectionKey !== undefined) {
+    throw new PreflightError('BAD_CONFIG', `config file ${path} is not valid YAML for options: ${collectionKey} is read as a mapping whose key is a list or a mapping`, {
+      fix: 'quote it: a registry written [fd00::1]:5000 inside a list is such a mapping to YAML; write "[fd00::1]:5000"',
+    });
+  }
   let value: unknown;
   try {
-    value = parseYaml(text, { prettyErrors: true });
+    value = doc.toJS();
   } catch (error) {
     throw new PreflightError('BAD_CONFIG', `config file ${path} is not valid YAML: ${(error as Error).message.split('\n')[0]}`, {
       fix: 'correct the YAML of the config file; docs/configuration.md shows its form',
@@ -113,6 +126,21 @@ export function optionsFromFile(text: string, path: string): PartialOptions {
   checkOptions(options, `config file ${path}`);
   checkLikes(options.images as ImageStart[] | undefined, path);
   return options as PartialOptions;
+}
+
+/** The first mapping pair whose key is a list or a mapping (no option takes one), as written, cut short; undefined: none. */
+function firstCollectionKey(doc: ReturnType<typeof parseDocument>, text: string): string | undefined {
+  let found: string | undefined;
+  visit(doc, {
+    Pair(_, pair) {
+      if (!isCollection(pair.key)) return undefined;
+      const start = pair.key.range?.[0] ?? 0;
+      const end = (pair.value as { range?: number[] } | null)?.range?.[1] ?? pair.key.range?.[1] ?? start;
+      found = quoteBounded(text.slice(start, end).trim());
+      return visit.BREAK;
+    },
+  });
+  return found;
 }
 
 /** `like:` must name a row of the built-in table, or it would silently place nothing. */
@@ -151,6 +179,8 @@ function checkOptions(options: Record<string, unknown>, origin: string): void {
   if (errors.length === 0) return;
   const code = origin.startsWith('config file') ? 'BAD_CONFIG' : 'BAD_OPTION';
   const suggestions = errors.flatMap((e) => (e.suggestion ? [e.suggestion] : []));
+  const emptyItem = origin !== 'options' && !origin.startsWith('config file') && errors.some((e) => /\/\d+$/.test(e.path) && valueAt(options, e.path) === '');
+  if (emptyItem) suggestions.push('an item of a list is empty (a comma with nothing before or after it, or a flag such as --container-name="$NAME" whose variable is not set): give each item, or leave the option out');
   throw new PreflightError(code, `invalid ${origin}: ${errors.map((e) => describeSchemaError(e, options)).join('; ')}`, {
     fix: suggestions.length ? `${suggestions.join('; ')} (docs/configuration.md)` : 'see vram-preflight --help and docs/configuration.md',
   });

@@ -79,11 +79,13 @@ export class PreflightError extends Error {
 }
 
 export function describeDocument(doc: DocumentRef): string {
-  const id = doc.kind || doc.name ? `${doc.kind ?? '?'}/${doc.name ?? '?'}` : `document ${doc.index}`;
+  const named = Boolean(doc.kind || doc.name);
+  const id = named ? `${doc.kind ?? '?'}/${doc.name ?? '?'}` : `document ${doc.index}`;
   const origin = doc.source ?? doc.helmFilename;
   if (origin) return `${id} (${origin})`;
   // An object that is not part of a stream (a pod at admission) has no line.
-  return doc.line > 0 ? `${id} (document ${doc.index}, line ${doc.line})` : id;
+  if (doc.line <= 0) return id;
+  return named ? `${id} (document ${doc.index}, line ${doc.line})` : `${id} (line ${doc.line})`;
 }
 
 /**
@@ -104,4 +106,18 @@ const NAMED: Record<string, string> = { '\n': '\\n', '\r': '\\r', '\t': '\\t' };
 function escapeOne(char: string): string {
   const code = char.charCodeAt(0);
   return NAMED[char] ?? (code < 0x100 ? `\\x${code.toString(16).padStart(2, '0')}` : `\\u${code.toString(16).padStart(4, '0')}`);
+}
+
+/**
+ * Text that may quote a URL with a user and password in it
+ * (`http://admin:pass@proxy:3128`, a kubeconfig's server, HTTPS_PROXY), with
+ * them taken out before it is printed, as Go's URL.Redacted does for kubectl:
+ * the password becomes `xxxxx`; a user without a password (which may be a
+ * token itself) too. Works on text that is not a valid URL as well.
+ */
+export function redactUserinfo(text: string): string {
+  return text.replace(/\b([a-z][a-z0-9+.-]*:\/\/)([^\s/?#"']*)@/gi, (_whole, scheme: string, userinfo: string) => {
+    const colon = userinfo.indexOf(':');
+    return `${scheme}${colon === -1 ? 'xxxxx' : `${userinfo.slice(0, colon)}:xxxxx`}@`;
+  });
 }

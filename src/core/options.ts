@@ -24,7 +24,7 @@ export interface Options {
   /**
    * MiB of each GPU's free memory that vLLM's own process takes before its check (its CUDA
    * context, and NCCL's buffers on a multi-GPU engine), added to what the check asks: 'auto'
-   * estimates it (CONTEXT_MIB_AUTO in src/core/preflight.ts), a number overrides the estimate.
+   * estimates it (CONTEXT_MIB_AUTO in src/core/preflight/settings.ts), a number overrides the estimate.
    */
   contextMiB: number | 'auto';
   defaultUtilization: number;

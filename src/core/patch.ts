@@ -30,6 +30,14 @@ export interface PatchInput {
   claims?: DeviceClaims;
   /** How messages name the object (default: its kind and name). */
   ref?: Partial<DocumentRef>;
+  /**
+   * How a container's command and args are read: `vram-preflight admit` reads
+   * them from the YAML as the post-renderer does (transform's ReadDocument);
+   * absent, from the value, as the API server sends it.
+   */
+  access?: ObjectVisit['access'];
+  /** Leave already wrapped containers as they are (default: the webhook's rule); false: decide them again, as a render does. */
+  keepWrapped?: boolean;
 }
 
 export interface PatchResult extends WalkResult {
@@ -44,7 +52,7 @@ export function pointerSegment(key: string): string {
   return key.replaceAll('~', '~0').replaceAll('/', '~1');
 }
 
-export function jsonPointer(path: readonly (string | number)[]): string {
+function jsonPointer(path: readonly (string | number)[]): string {
   return path.map((step) => `/${pointerSegment(String(step))}`).join('');
 }
 
@@ -84,12 +92,14 @@ export function patchObject(object: unknown, options: Options, input: PatchInput
     sources,
     claims: input.claims ?? emptyDeviceClaims(),
     result,
-    keepWrapped: true,
+    keepWrapped: input.keepWrapped ?? true,
     wanted,
-    access: (path) => {
-      const container = asObject(valueAt(object, path));
-      return container ? { readArgv: (key) => ({ items: readList(container, key) }) } : undefined;
-    },
+    access:
+      input.access ??
+      ((path) => {
+        const container = asObject(valueAt(object, path));
+        return container ? { readArgv: (key) => ({ items: readList(container, key) }) } : undefined;
+      }),
     write: ({ intended: start }, report) => {
       intended.push({ start, report });
     },

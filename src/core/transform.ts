@@ -25,7 +25,7 @@ import { KINDS_WITHOUT_CONTAINERS } from './tables/workloads.js';
 import { mentionsAnyLowered, TARGET_WORDS } from './decide/target-words.js';
 import { mentionMayDecide } from './decide/deciding-mentions.js';
 import { parseDocuments } from './yaml/fast-parse.js';
-import { MAX_NESTING, nestingDepth } from './yaml/depth.js';
+import { depthBeyond, MAX_NESTING } from './yaml/depth.js';
 import { yaml11BreakOutsideQuotes } from './yaml/go-yaml.js';
 import { isJsWhitespace, isLineTerminator } from './char-classes.js';
 import { effectiveGet, findDuplicateKeys, resolveAlias, type ParsedDocument } from './yaml/nodes.js';
@@ -59,6 +59,27 @@ export interface TransformInput {
    * unread, as any document that does not mention vLLM.
    */
   candidates?: CandidateRule;
+  /**
+   * Documents the caller answers itself (`vram-preflight admit`: Pods and
+   * AdmissionReviews, which are the webhook's to answer): read as every
+   * document is read, with the same problems reported, then not decided;
+   * their text is copied. True sets the document aside.
+   */
+  setAside?: (document: ReadDocument) => boolean;
+}
+
+/** A document as the post-renderer reads it: its value, and its containers' command and args read as go-yaml reads them. */
+export interface ReadDocument {
+  /** Its chunk's position among the stream's chunks (0-based): `TransformResult.pieces` holds one piece per chunk. */
+  chunk: number;
+  /** Documents in that chunk (more than one only where `...` ends one without a `---`). */
+  documentsInChunk: number;
+  /** Where its content starts in the chunk's text (after the `---` line, comments and directives). */
+  contentStart: number;
+  value: unknown;
+  ref: DocumentRef;
+  /** A container's command and args at a value path, read from the document's nodes (merge keys, aliases, go-yaml's scalars). */
+  access: ObjectVisit['access'];
 }
 
 export type CandidateRule = 'any-mention' | 'deciding-mention';
@@ -84,8 +105,9 @@ export function candidateTest(options: Options, rule: CandidateRule): (text: str
     // The mention first: it rules most documents out with plain searches, before any regex runs.
     const lower = text.toLowerCase();
     if (!mentionsAnyLowered(lower, words)) return false;
-    // Operator resources (Dynamo, KubeAI), OpenShift templates and KServe's model predictors carry no `containers` key of their own, yet explain must name them.
-    if (!hasContainersKey(text)) return kindLineNames(text, KINDS_WITHOUT_CONTAINERS);
+    // Operator resources (Dynamo, KubeAI), OpenShift templates and KServe's model predictors carry no `containers` key of their own, yet explain must name them;
+    // so must it an operator's resource of a kind no table names that names a vLLM image (decide/unrecognised.ts). The render, which writes them back as they came, reads none of these.
+    if (!hasContainersKey(text)) return kindLineNames(text, KINDS_WITHOUT_CONTAINERS) || (!sharp && lower.includes('image'));
     if (!sharp) return true;
     // The line test first: it stops at the first mention that counts, which most documents with a vLLM container reach early.
     return mentionMayDecide(lower, words) || lower.includes('memory-utilization') || lower.includes('memory_utilization') || namesKindWithoutContainers(text);
@@ -151,8 +173,16 @@ function isWordCharacter(c: number): boolean {
   return (c >= 48 && c <= 57) || (c >= 65 && c <= 90) || (c >= 97 && c <= 122);
 }
 
+/** A document that could decide a container, nested deeper than vram-preflight reads (`depth`: "1005 levels deep"). */
+export function nestingTooDeep(depth: string, document: DocumentRef): PreflightError {
+  return new PreflightError('NESTING_TOO_DEEP', `the document nests ${depth}; vram-preflight reads documents up to ${MAX_NESTING} levels deep (go-yaml, which Helm and kubectl use, up to 10,000)`, {
+    document,
+    fix: 'render the deeply nested value flatter (a chart nests ~15 levels; the depth is almost always a template that recurses), or keep it out of a document that holds containers',
+  });
+}
+
 /** DRA claims can be defined anywhere in the stream (Helm sorts unknown kinds last): read them first. */
-function collectDeviceClaims(chunks: readonly Chunk[], fast: boolean): DeviceClaims {
+export function collectDeviceClaims(chunks: readonly Chunk[], fast: boolean): DeviceClaims {
   const claims = emptyDeviceClaims();
   for (const chunk of chunks) {
     if (!chunk.text.includes('ResourceClaim') || !chunk.text.includes('resource.k8s.io')) continue;
@@ -230,9 +260,13 @@ function commentLinesFrom(text: string, i: number): boolean {
   return true;
 }
 
+/** Where a document's content starts in its chunk's text. */
+function contentStartOf(doc: ParsedDocument): number {
+  return (doc.contents as Node | null)?.range?.[0] ?? doc.range?.[0] ?? 0;
+}
+
 function documentRef(lines: LineIndex, chunk: Chunk, doc: ParsedDocument, value: Plain | undefined, index: number, previousChunk: string | undefined): DocumentRef {
-  const contents = doc.contents as Node | null;
-  const contentStart = contents?.range?.[0] ?? doc.range?.[0] ?? 0;
+  const contentStart = contentStartOf(doc);
   const metadata = asObject(value?.metadata);
   const helmFilename = asObject(metadata?.annotations)?.['postrenderer.helm.sh/postrender-filename'];
   const ref: DocumentRef = {
@@ -248,10 +282,16 @@ function documentRef(lines: LineIndex, chunk: Chunk, doc: ParsedDocument, value:
   return ref;
 }
 
+/** A document's kind and name from its text alone, as well as that goes (block YAML at the top level). */
+export function kindAndNameOf(text: string): { kind?: string; name?: string } {
+  const kind = /^kind:[ \t]*["']?([A-Za-z0-9.-]+)/m.exec(text)?.[1];
+  const name = /^metadata:[ \t]*\r?\n(?:[ \t]+.*\r?\n)*?[ \t]+name:[ \t]*["']?([A-Za-z0-9.-]+)/m.exec(text)?.[1];
+  return { kind, name };
+}
+
 /** A document that does not parse has no value: name it from its text, as well as that goes. */
 function refFromText(lines: LineIndex, chunk: Chunk, index: number, previousChunk: string | undefined): DocumentRef {
-  const kind = /^kind:[ \t]*["']?([A-Za-z0-9.-]+)/m.exec(chunk.text)?.[1];
-  const name = /^metadata:[ \t]*\r?\n(?:[ \t]+.*\r?\n)*?[ \t]+name:[ \t]*["']?([A-Za-z0-9.-]+)/m.exec(chunk.text)?.[1];
+  const { kind, name } = kindAndNameOf(chunk.text);
   const line = lines.position(chunk.offset).line;
   return { index, line, kind, name, source: sourceOf(chunk.text, previousChunk) };
 }
@@ -311,16 +351,11 @@ export function transform(stream: StreamText, options: Options, input: Transform
       continue;
     }
     const tooDeep = (depth: string): void => {
-      result.errors.push(
-        new PreflightError('NESTING_TOO_DEEP', `the document nests ${depth}; vram-preflight reads documents up to ${MAX_NESTING} levels deep (go-yaml, which Helm and kubectl use, up to 10,000)`, {
-          document: refFromText(lines, chunk, index, previous),
-          fix: 'render the deeply nested value flatter (a chart nests ~15 levels; the depth is almost always a template that recurses), or keep it out of a document that holds containers',
-        }),
-      );
+      result.errors.push(nestingTooDeep(depth, refFromText(lines, chunk, index, previous)));
       pieces.push(chunk.text);
     };
-    const depth = nestingDepth(chunk.text);
-    if (depth > MAX_NESTING) {
+    const depth = depthBeyond(chunk.text, MAX_NESTING);
+    if (depth !== undefined) {
       tooDeep(`${depth} levels deep`);
       continue;
     }
@@ -399,6 +434,10 @@ export function transform(stream: StreamText, options: Options, input: Transform
           position: start === undefined ? undefined : () => lines.position(chunk.offset + start),
         };
       };
+      if (input.setAside?.({ chunk: index - 1, documentsInChunk: docs.length, contentStart: contentStartOf(doc), value, ref, access })) {
+        editsByDoc.push([]);
+        continue;
+      }
       const edits: TextEditOf[] = [];
       const nl = lineEnding(chunk.text);
       const write: ObjectVisit['write'] = ({ intended, anchors }, report, context) => {

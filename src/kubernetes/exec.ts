@@ -7,10 +7,14 @@
  * ExecCredential whose status holds a token or a client certificate and key,
  * and maybe when it expires; it is run again after that, or when the API
  * server refuses the credential (401).
+ *
+ * A plugin that fails says why on its stderr ("the SSO session has expired"):
+ * its last lines are kept in the error, cut, with what could be a credential
+ * taken out (the values of the plugin's own `env`, tokens, passwords, keys,
+ * JWTs, a URL's password), since the error lands in CI logs.
  */
 import { execFile } from 'node:child_process';
-import { PreflightError } from '../core/errors.js';
-import { asObject } from '../core/values.js';
+import { asObject, PreflightError, redactUserinfo } from '../core/index.js';
 import type { ExecPlugin } from './kubeconfig.js';
 
 export interface ExecCredential {
@@ -24,12 +28,41 @@ export interface ExecCredential {
 /** How long a plugin may take (it may fetch a token over the network). */
 export const EXEC_TIMEOUT_MS = 60_000;
 
+/** How much of each of the last lines of a failing plugin's stderr its error keeps. */
+const STDERR_LINE_KEPT = 160;
+
+/**
+ * A plugin's stderr as its error may quote it: its last three lines, each cut
+ * to STDERR_LINE_KEPT characters, without what could be a credential (taken
+ * out before the cut, so that no part of one is left). Values of the
+ * plugin's `env` (an AWS key, a client secret) go whole; then anything that
+ * reads as one: a bearer or basic credential, a JWT, `…token`, `…secret`,
+ * `…password`, `…key`, `authorization`, `credentials` followed by a value,
+ * the user and password of a URL.
+ */
+export function redactStderr(stderr: string, secrets: readonly string[]): string {
+  const lines = stderr.trim().split('\n').slice(-3);
+  return lines
+    .map((line) => {
+      let text = line.trim();
+      for (const secret of secrets) if (secret.length >= 6) text = text.split(secret).join('[redacted]');
+      text = redactUserinfo(text)
+        .replace(/\b(bearer|basic)\s+[A-Za-z0-9._~+/=-]{8,}/gi, '$1 [redacted]')
+        .replace(/\beyJ[A-Za-z0-9_-]{5,}\.[A-Za-z0-9_-]{5,}\.?[A-Za-z0-9_-]*/g, '[redacted]')
+        .replace(/(["']?\b[a-z_-]*(?:token|password|passwd|secret|key|authorization|credentials?)["']?\s*[:=]\s*)(["']?)[^\s"',;}]+\2/gi, '$1$2[redacted]$2');
+      return text.length > STDERR_LINE_KEPT ? `${text.slice(0, STDERR_LINE_KEPT)}…` : text;
+    })
+    .filter((text) => text !== '')
+    .join(' | ');
+}
+
 function execError(plugin: ExecPlugin, message: string, fix: string): PreflightError {
   return new PreflightError('KUBECONFIG', `exec credential plugin ${plugin.command}: ${message}`, { fix });
 }
 
-/** Runs the plugin once and reads its ExecCredential. */
-export function runExecPlugin(plugin: ExecPlugin, env: Readonly<Record<string, string | undefined>>): Promise<ExecCredential> {
+/** Runs the plugin once (at most `timeoutMs`, and never over EXEC_TIMEOUT_MS) and reads its ExecCredential. */
+export function runExecPlugin(plugin: ExecPlugin, env: Readonly<Record<string, string | undefined>>, timeoutMs = EXEC_TIMEOUT_MS): Promise<ExecCredential> {
+  const timeout = Math.max(1, Math.min(EXEC_TIMEOUT_MS, timeoutMs));
   if (plugin.interactiveMode === 'Always') {
     return Promise.reject(execError(plugin, 'it asks for a terminal (interactiveMode: Always), which the audit never gives it', 'log in once with kubectl so that the plugin has a cached credential, and set interactiveMode: IfAvailable; or use a service account token'));
   }
@@ -40,15 +73,15 @@ export function runExecPlugin(plugin: ExecPlugin, env: Readonly<Record<string, s
   for (const { name, value } of plugin.env) childEnv[name] = value;
   childEnv.KUBERNETES_EXEC_INFO = JSON.stringify(info);
   return new Promise((resolve, reject) => {
-    const child = execFile(command, plugin.args, { env: childEnv, timeout: EXEC_TIMEOUT_MS, maxBuffer: 4 << 20, encoding: 'utf8' }, (error, stdout, stderr) => {
-      const said = stderr.trim().split('\n').slice(-3).join(' | ');
+    const child = execFile(command, plugin.args, { env: childEnv, timeout, maxBuffer: 4 << 20, encoding: 'utf8' }, (error, stdout, stderr) => {
+      const said = redactStderr(stderr, plugin.env.map((e) => e.value));
       if (error) {
         const code = (error as NodeJS.ErrnoException).code;
         if (code === 'ENOENT' || code === 'EACCES') {
           reject(execError(plugin, `cannot run it (${code})`, plugin.installHint?.trim() || 'install the plugin and put it on PATH, as for kubectl'));
           return;
         }
-        const why = error.killed ? `it did not finish within ${EXEC_TIMEOUT_MS / 1000} s` : `it exited ${String(error.code ?? error.signal)}`;
+        const why = error.killed ? `it did not finish within ${Math.round(timeout / 100) / 10} s` : `it exited ${String(error.code ?? error.signal)}`;
         reject(execError(plugin, `${why}${said ? `: ${said}` : ''}`, 'run the same kubectl command to see what the plugin needs (a login, a network)'));
         return;
       }

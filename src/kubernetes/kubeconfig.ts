@@ -1,6 +1,7 @@
 /**
- * Where the Kubernetes API is and how to authenticate to it, found the way
- * kubectl (client-go's loading rules) finds it:
+ * Where the Kubernetes API is and how to authenticate to it (a Connection),
+ * found the way kubectl (client-go's loading rules) finds it, for a command
+ * a person or CI runs (loadConnection):
  *
  * 1. `--kubeconfig FILE`: that file only;
  * 2. `$KUBECONFIG`: its files (`:`-separated; files that do not exist are
@@ -12,6 +13,17 @@
  *    (/var/run/secrets/kubernetes.io/serviceaccount, or another directory
  *    given explicitly, which also asks for this way and no other).
  *
+ * A kubeconfig that holds nothing (`KUBECONFIG=/dev/null`, files that are
+ * all missing or empty) means in-cluster where that is possible, as
+ * client-go's deferred loading does, and an error that says so elsewhere.
+ *
+ * A server process (the webhook) finds it as controller-runtime's
+ * GetConfig does (loadServerConnection): `--kubeconfig`; else `$KUBECONFIG`
+ * when set; else in-cluster, when the pod has its service account; else
+ * `~/.kube/config`; else none (the webhook then reads no DRA claims). An
+ * explicit API server URL with a credentials directory (the webhook's
+ * `--kubernetes-api`) comes first.
+ *
  * From a kubeconfig: the current context (or the one asked for), its
  * cluster's server, CA (`certificate-authority` file or `-data`),
  * `insecure-skip-tls-verify` and `tls-server-name`; its user's client
@@ -22,13 +34,15 @@
  * the directory of the file that holds them. What this client cannot do is
  * refused by name (an `auth-provider`, basic auth, `proxy-url`), never
  * ignored: a connection that quietly drops a setting reaches another cluster
- * or another identity.
+ * or another identity. So is what kubectl refuses: `insecure-skip-tls-verify`
+ * together with a CA (the CA would be ignored and the credentials sent to a
+ * server nobody verified). A URL quoted in a message never shows a password
+ * (redactUserinfo).
  *
  * Nothing here reads the network; files are read through the caller's `readFile`.
  */
 import { parse as parseYaml } from 'yaml';
-import { PreflightError } from '../core/errors.js';
-import { asObject, type Plain } from '../core/values.js';
+import { asObject, type Plain, PreflightError, redactUserinfo } from '../core/index.js';
 
 /** Where a pod's service account credentials are mounted. */
 export const SERVICE_ACCOUNT_DIR = '/var/run/secrets/kubernetes.io/serviceaccount';
@@ -55,6 +69,8 @@ export interface Connection {
   server: string;
   /** PEM certificates to trust; absent: Node's own roots. */
   ca?: string;
+  /** A CA file read again for each request (the service account's ca.crt, which the kubelet updates); it wins over `ca`. */
+  caFile?: string;
   insecureSkipTlsVerify: boolean;
   /** The name the server's certificate is checked against, when not the server's host. */
   tlsServerName?: string;
@@ -78,6 +94,8 @@ export interface ConnectionRequest {
   context?: string;
   /** Service account credentials directory given explicitly: in-cluster, and nothing else. */
   credentialsDir?: string;
+  /** https://HOST:PORT of the API server, given explicitly (the webhook's --kubernetes-api): with the credentials directory's token and CA. */
+  apiServer?: string;
   env: Readonly<Record<string, string | undefined>>;
   readFile(path: string): string;
   exists(path: string): boolean;
@@ -108,10 +126,10 @@ export function inClusterServer(env: Readonly<Record<string, string | undefined>
   return `https://${host.includes(':') ? `[${host}]` : host}:${port}`;
 }
 
-/** The connection in a pod: the service account's token (re-read per request) and CA. */
+/** The connection in a pod: the service account's token and CA (both read again for each request). */
 export function inClusterConnection(request: ConnectionRequest): Connection {
   const dir = request.credentialsDir ?? SERVICE_ACCOUNT_DIR;
-  const server = inClusterServer(request.env);
+  const server = request.apiServer !== undefined ? explicitServer(request.apiServer) : inClusterServer(request.env);
   if (!server) {
     throw configError('in-cluster credentials need KUBERNETES_SERVICE_HOST and KUBERNETES_SERVICE_PORT, which the kubelet sets in every pod; they are not set', 'run it in a pod, or give a kubeconfig (--kubeconfig, KUBECONFIG)');
   }
@@ -124,7 +142,20 @@ export function inClusterConnection(request: ConnectionRequest): Connection {
   if (!request.exists(`${dir}/token`)) {
     throw configError(`no service account token at ${dir}/token`, 'mount the service account token (automountServiceAccountToken: true), or name its directory with --kubernetes-credentials-dir');
   }
-  return { server, ca, insecureSkipTlsVerify: false, tokenFile: `${dir}/token`, origin: `in-cluster service account (${dir})` };
+  const origin = request.apiServer !== undefined ? `--kubernetes-api with the service account credentials in ${dir}` : `in-cluster service account (${dir})`;
+  return { server, ca, caFile: `${dir}/ca.crt`, insecureSkipTlsVerify: false, tokenFile: `${dir}/token`, origin };
+}
+
+/** An API server URL given on the command line: https, without a path's trailing slash. */
+function explicitServer(text: string): string {
+  let url: URL;
+  try {
+    url = new URL(text);
+  } catch {
+    throw new PreflightError('USAGE', `--kubernetes-api ${JSON.stringify(redactUserinfo(text))} is not a URL`, { fix: 'give https://HOST:PORT of the Kubernetes API' });
+  }
+  if (url.protocol !== 'https:') throw new PreflightError('USAGE', `--kubernetes-api ${redactUserinfo(text)} is not https`, { fix: 'the Kubernetes API is served over HTTPS; give https://HOST:PORT' });
+  return `${url.origin}${url.pathname.replace(/\/+$/, '')}`;
 }
 
 interface Loaded {
@@ -132,7 +163,10 @@ interface Loaded {
   users: Map<string, { value: Plain; dir: string }>;
   contexts: Map<string, Plain>;
   currentContext?: string;
+  /** Files that held a kubeconfig. */
   files: string[];
+  /** Files read that held nothing (empty, or only a comment): /dev/null. */
+  emptyFiles: string[];
 }
 
 function readKubeconfig(file: string, request: ConnectionRequest, loaded: Loaded): void {
@@ -148,7 +182,10 @@ function readKubeconfig(file: string, request: ConnectionRequest, loaded: Loaded
   } catch (error) {
     throw configError(`kubeconfig ${file} is not valid YAML: ${(error as Error).message.split('\n')[0]}`, 'check the file (kubectl config view reads the same)');
   }
-  if (value === null || value === undefined) return;
+  if (value === null || value === undefined) {
+    loaded.emptyFiles.push(file);
+    return;
+  }
   const config = asObject(value);
   if (!config) throw configError(`kubeconfig ${file} is not a mapping`, 'a kubeconfig is a mapping with clusters, users and contexts');
   loaded.files.push(file);
@@ -245,11 +282,19 @@ function fromKubeconfig(loaded: Loaded, request: ConnectionRequest): Connection 
   try {
     url = new URL(server);
   } catch {
-    throw configError(`cluster "${clusterName}": server "${server}" is not a URL`, 'write it as https://HOST:PORT');
+    throw configError(`cluster "${clusterName}": server "${redactUserinfo(server)}" is not a URL`, 'write it as https://HOST:PORT');
   }
-  if (url.protocol !== 'https:') throw configError(`cluster "${clusterName}": server ${server} is not https`, 'the Kubernetes API is served over HTTPS; write https://HOST:PORT');
+  if (url.protocol !== 'https:') throw configError(`cluster "${clusterName}": server ${redactUserinfo(server)} is not https`, 'the Kubernetes API is served over HTTPS; write https://HOST:PORT');
   if (typeof cluster.value['proxy-url'] === 'string' && cluster.value['proxy-url'] !== '') {
-    throw configError(`cluster "${clusterName}" is reached through proxy-url ${String(cluster.value['proxy-url'])}, which vram-preflight audit does not support`, 'run the audit where the API server is reachable directly (in the cluster, as the chart\'s CronJob), or through kubectl proxy with a kubeconfig of its own');
+    throw configError(`cluster "${clusterName}" is reached through proxy-url ${redactUserinfo(String(cluster.value['proxy-url']))}, which vram-preflight does not support`, 'run the audit where the API server is reachable directly (in the cluster, as the chart\'s CronJob), or through kubectl proxy with a kubeconfig of its own');
+  }
+  const hasCa = ['certificate-authority', 'certificate-authority-data'].some((key) => typeof cluster.value[key] === 'string' && cluster.value[key] !== '');
+  if (cluster.value['insecure-skip-tls-verify'] === true && hasCa) {
+    // client-go's TLSConfigFor: "specifying a root certificates file with the insecure flag is not allowed".
+    throw configError(
+      `cluster "${clusterName}" sets insecure-skip-tls-verify together with a certificate-authority, which kubectl refuses too ("specifying a root certificates file with the insecure flag is not allowed"): the CA would be ignored and the credentials sent to a server nobody verified`,
+      'remove insecure-skip-tls-verify, so that the CA verifies the server; or remove the certificate-authority if the server is meant to go unverified',
+    );
   }
   const u = user.value;
   const authProvider = asObject(u['auth-provider']);
@@ -289,6 +334,44 @@ function fromKubeconfig(loaded: Loaded, request: ConnectionRequest): Connection 
   return connection;
 }
 
+/** The kubeconfig files that the flags and environment name, read and merged; `which` says where they came from, for messages. */
+function readKubeconfigs(request: ConnectionRequest): { loaded: Loaded; which: 'flag' | 'env' | 'home' | 'none'; named: string[] } {
+  const loaded: Loaded = { clusters: new Map(), users: new Map(), contexts: new Map(), files: [], emptyFiles: [] };
+  if (request.kubeconfig !== undefined) {
+    readKubeconfig(request.kubeconfig, request, loaded);
+    return { loaded, which: 'flag', named: [request.kubeconfig] };
+  }
+  if (request.env.KUBECONFIG) {
+    const files = request.env.KUBECONFIG.split(':').filter((f) => f !== '');
+    for (const file of files) if (request.exists(file)) readKubeconfig(file, request, loaded);
+    return { loaded, which: 'env', named: files };
+  }
+  const home = request.home !== undefined ? `${request.home}/.kube/config` : undefined;
+  if (home !== undefined && request.exists(home)) {
+    readKubeconfig(home, request, loaded);
+    return { loaded, which: 'home', named: [home] };
+  }
+  return { loaded, which: 'none', named: [] };
+}
+
+const holdsNothing = (loaded: Loaded): boolean => loaded.files.length === 0 || (loaded.clusters.size === 0 && loaded.users.size === 0 && loaded.contexts.size === 0 && loaded.currentContext === undefined);
+
+/** Why the kubeconfig the rules found cannot be used, when it holds nothing. */
+function emptyError(found: ReturnType<typeof readKubeconfigs>): PreflightError {
+  const { loaded, which, named } = found;
+  const inPod = ' and not in a pod (no KUBERNETES_SERVICE_HOST)';
+  if (which === 'env') {
+    const missing = named.filter((f) => !loaded.files.includes(f) && !loaded.emptyFiles.includes(f));
+    const said = [
+      ...(loaded.emptyFiles.length > 0 ? [`${loaded.emptyFiles.join(', ')} ${loaded.emptyFiles.length === 1 ? 'holds' : 'hold'} no kubeconfig (empty)`] : []),
+      ...(missing.length > 0 ? [`${missing.join(', ')} ${missing.length === 1 ? 'does' : 'do'} not exist`] : []),
+      ...(loaded.files.length > 0 ? [`${loaded.files.join(', ')} ${loaded.files.length === 1 ? 'names' : 'name'} no cluster, user or context`] : []),
+    ];
+    return configError(`KUBECONFIG names no usable kubeconfig: ${said.join('; ')};${inPod}`, 'set KUBECONFIG to a kubeconfig file (kubectl config view reads the same), unset it to use ~/.kube/config, or run in a pod');
+  }
+  return configError(`kubeconfig ${named.join(', ')} is empty (no cluster, user or context);${inPod}`, 'check the file (kubectl config view reads the same)');
+}
+
 /** The connection kubectl would use with the same flags and environment (see the top of this file). */
 export function loadConnection(request: ConnectionRequest): Connection {
   if (request.credentialsDir !== undefined) {
@@ -297,20 +380,47 @@ export function loadConnection(request: ConnectionRequest): Connection {
     }
     return inClusterConnection(request);
   }
-  const loaded: Loaded = { clusters: new Map(), users: new Map(), contexts: new Map(), files: [] };
-  if (request.kubeconfig !== undefined) {
-    readKubeconfig(request.kubeconfig, request, loaded);
-  } else if (request.env.KUBECONFIG) {
-    const files = request.env.KUBECONFIG.split(':').filter((f) => f !== '');
-    for (const file of files) if (request.exists(file)) readKubeconfig(file, request, loaded);
-    if (loaded.files.length === 0) throw configError(`none of the files KUBECONFIG names exists (${files.join(', ')})`, 'check KUBECONFIG, or unset it');
-  } else if (request.home !== undefined && request.exists(`${request.home}/.kube/config`)) {
-    readKubeconfig(`${request.home}/.kube/config`, request, loaded);
-  } else if (inClusterServer(request.env) !== undefined && request.context === undefined) {
-    return inClusterConnection(request);
-  } else {
+  const found = readKubeconfigs(request);
+  const inPod = inClusterServer(request.env) !== undefined && request.context === undefined;
+  if (found.which === 'none') {
+    if (inPod) return inClusterConnection(request);
     throw configError('no kubeconfig (no --kubeconfig, no KUBECONFIG, no ~/.kube/config) and not in a pod (no KUBERNETES_SERVICE_HOST)', 'give --kubeconfig FILE or set KUBECONFIG, as for kubectl');
   }
-  if (loaded.files.length === 0) throw configError(`kubeconfig ${request.kubeconfig ?? ''} is empty`, 'check the file (kubectl config view reads the same)');
-  return fromKubeconfig(loaded, request);
+  if (holdsNothing(found.loaded)) {
+    // client-go's deferred loading: a kubeconfig that holds nothing means in-cluster, where a pod can.
+    if (inPod) return inClusterConnection(request);
+    throw emptyError(found);
+  }
+  return fromKubeconfig(found.loaded, request);
+}
+
+/**
+ * The connection of a server process, as controller-runtime's GetConfig
+ * finds it (see the top of this file); `none` says why there is none. An
+ * explicit kubeconfig that cannot be used is an error; a pod without its
+ * service account's files is not (the next way is tried, as there).
+ */
+export function loadServerConnection(request: ConnectionRequest): { connection: Connection } | { none: string } {
+  if (request.apiServer !== undefined) {
+    if (request.kubeconfig !== undefined) throw new PreflightError('USAGE', '--kubernetes-api and --kubeconfig name the API server twice', { fix: 'give one or the other' });
+    return { connection: inClusterConnection(request) };
+  }
+  if (request.kubeconfig !== undefined || request.env.KUBECONFIG) {
+    const found = readKubeconfigs(request);
+    if (holdsNothing(found.loaded)) throw emptyError(found);
+    return { connection: fromKubeconfig(found.loaded, request) };
+  }
+  let inPod: string | undefined;
+  if (inClusterServer(request.env) !== undefined) {
+    try {
+      return { connection: inClusterConnection(request) };
+    } catch (error) {
+      if (!(error instanceof PreflightError)) throw error;
+      // As controller-runtime: no usable in-cluster config, so ~/.kube/config, and else none.
+      inPod = error.message;
+    }
+  }
+  const found = readKubeconfigs(request);
+  if (found.which === 'home' && !holdsNothing(found.loaded)) return { connection: fromKubeconfig(found.loaded, request) };
+  return { none: inPod ?? 'no --kubeconfig, no KUBECONFIG, not in a pod (no KUBERNETES_SERVICE_HOST) and no ~/.kube/config' };
 }

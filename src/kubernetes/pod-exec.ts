@@ -1,6 +1,7 @@
 /**
  * A command in a running container through the API server's exec
- * (`/api/v1/namespaces/NS/pods/POD/exec`), over a WebSocket (./websocket.ts)
+ * (`/api/v1/namespaces/NS/pods/POD/exec`), over a WebSocket (./websocket.ts,
+ * opened by the client with its credentials: KubernetesClient.upgrade)
  * in the channel protocol of Kubernetes' remote command: each binary message
  * starts with its channel, 1 stdout, 2 stderr, 3 the outcome as a Status
  * object (success, or the exit code: reason NonZeroExitCode). Offered:
@@ -13,9 +14,9 @@
  * (AuthorizePodWebsocketUpgradeCreatePermission, on by default); the caller
  * checks both before it runs anything.
  */
-import { asObject, type Plain } from '../core/values.js';
-import { KubernetesApiError, type KubernetesClient } from './client.js';
-import { openWebSocket, WebSocketError } from './websocket.js';
+import { asObject, type Plain } from '../core/index.js';
+import type { KubernetesClient } from './client.js';
+import { WebSocketError } from './websocket.js';
 
 export const EXEC_PROTOCOLS = ['v5.channel.k8s.io', 'v4.channel.k8s.io'] as const;
 
@@ -63,32 +64,8 @@ function exitCodeOf(status: Plain): number | undefined {
 }
 
 /** Runs the command; a handshake the API server refuses is a KubernetesApiError with its Status message. */
-export async function execInContainer(client: KubernetesClient, r: ExecRequest, refreshed = false): Promise<ExecResult> {
-  const path = execPath(r);
-  const auth = await client.authentication(refreshed);
-  let socket;
-  try {
-    socket = await openWebSocket({
-      url: new URL(`${client.connection.server}${path}`),
-      protocols: EXEC_PROTOCOLS,
-      headers: { ...auth.headers, 'User-Agent': 'vram-preflight-verify' },
-      tls: auth.tls,
-      deadline: r.deadline,
-      maxMessageBytes: 1 << 20,
-    });
-  } catch (error) {
-    if (!(error instanceof WebSocketError) || error.status === undefined) throw error;
-    let status: Plain | undefined;
-    try {
-      status = asObject(JSON.parse(error.body ?? ''));
-    } catch {
-      status = undefined;
-    }
-    const message = typeof status?.message === 'string' ? status.message.slice(0, 1000) : (error.body ?? '').trim().slice(0, 200);
-    const reason = typeof status?.reason === 'string' ? status.reason : undefined;
-    if (error.status === 401 && !refreshed && client.connection.exec !== undefined) return execInContainer(client, r, true);
-    throw new KubernetesApiError(error.status, reason, path, `HTTP ${error.status}${reason ? ` ${reason}` : ''}: ${message || 'no message'}`);
-  }
+export async function execInContainer(client: KubernetesClient, r: ExecRequest): Promise<ExecResult> {
+  const socket = await client.upgrade(execPath(r), { protocols: EXEC_PROTOCOLS, deadline: r.deadline, maxMessageBytes: 1 << 20 });
   const timer = setTimeout(() => socket.destroy(), Math.max(0, r.deadline - Date.now()));
   const out = { stdout: '', stderr: '' };
   let status: Plain | undefined;

@@ -1,6 +1,7 @@
 /**
  * A WebSocket client (RFC 6455) over node:https, for the API server's exec
- * (./pod-exec.ts): Node 20 has no WebSocket client of its own.
+ * (./pod-exec.ts, opened by KubernetesClient.upgrade with the client's
+ * credentials): Node 20 has no WebSocket client of its own.
  *
  * What it does: the opening handshake (a GET with `Upgrade: websocket`, a
  * random Sec-WebSocket-Key whose Sec-WebSocket-Accept it checks, the
@@ -35,6 +36,8 @@ export class WebSocketError extends Error {
     readonly status?: number,
     /** The body of a refused handshake (the API server's Status, as JSON text). */
     readonly body?: string,
+    /** The handshake was not done by the deadline. */
+    readonly timedOut = false,
   ) {
     super(message);
     this.name = 'WebSocketError';
@@ -192,7 +195,7 @@ export function acceptFor(key: string): string {
 export function openWebSocket(options: WebSocketOptions): Promise<WebSocket> {
   const key = randomBytes(16).toString('base64');
   const left = options.deadline - Date.now();
-  if (left <= 0) return Promise.reject(new WebSocketError('the deadline passed before the WebSocket was opened'));
+  if (left <= 0) return Promise.reject(new WebSocketError('the deadline passed before the WebSocket was opened', undefined, undefined, true));
   return new Promise((resolve, reject) => {
     const req = request(options.url, {
       method: 'GET',
@@ -215,7 +218,7 @@ export function openWebSocket(options: WebSocketOptions): Promise<WebSocket> {
       reject(error);
     };
     const timer = setTimeout(() => {
-      fail(new WebSocketError(`no WebSocket handshake within ${Math.round(left / 1000)} s`));
+      fail(new WebSocketError(`no WebSocket handshake within ${Math.round(left / 1000)} s`, undefined, undefined, true));
       req.destroy();
     }, left);
     req.on('error', fail);

@@ -4,7 +4,7 @@
  * download is checked against its digest. Auth: Bearer token flow (anonymous
  * or with Docker-config credentials) and Basic.
  */
-import type { LookupFailureKind } from '../core/decide/start.js';
+import type { LookupFailureKind } from '../core/index.js';
 import type { ImageStart } from './cache.js';
 import type { Credential, Credentials } from './credentials.js';
 import { parseChallenge } from './credentials.js';
@@ -111,6 +111,8 @@ export class Registry {
   private readonly publicOnly: boolean;
   /** Authorization header per repository (tokens are scoped to one). */
   private readonly auth = new Map<string, string>();
+  /** Why the credentials were not sent to the token realm, once they were held back (the refusal that follows says so). */
+  private withheld: string | undefined;
 
   constructor(
     readonly name: string,
@@ -179,18 +181,39 @@ export class Registry {
     res = await this.send(method, path, { ...headers, Authorization: authorization }, maxBytes);
     if (res.status === 401 || res.status === 403) {
       const detail = registryErrors(res);
-      const why = credential ? `credentials from ${credential.source} were refused` : `${lookup.none}; a repository that does not exist gets the same answer`;
+      const why = this.withheld ?? (credential ? `credentials from ${credential.source} were refused` : `${lookup.none}; a repository that does not exist gets the same answer`);
       throw new LookupError(`${this.name}: ${statusLine(res.status)} for ${repository} (${why})${detail ? `: ${detail}` : ''}`, false, 'denied');
     }
     return res;
   }
 
-  private async token(params: Record<string, string>, repository: string, credential: Credential | undefined, none: string): Promise<string> {
+  /**
+   * Whether credentials may travel to this host over plain HTTP: only to one
+   * the operator listed in registryInsecure (by host:port or host), or,
+   * without a policy (a render), a loopback one: the hosts this registry
+   * itself may be asked over plain HTTP by (Docker's rule for registries).
+   */
+  private plainHttpTrusted(url: URL): boolean {
+    const host = url.host.toLowerCase();
+    const hostname = url.hostname.toLowerCase();
+    return (!this.ctx.policy && isLoopbackHost(url.hostname)) || this.ctx.insecureRegistries.some((r) => r.toLowerCase() === host || r.toLowerCase() === hostname);
+  }
+
+  private async token(params: Record<string, string>, repository: string, offered: Credential | undefined, none: string): Promise<string> {
     let url: URL;
     try {
       url = new URL(params.realm!);
     } catch {
       throw new LookupError(`${this.name}: 401 Unauthorized, and its token realm ${JSON.stringify(params.realm)} is not a URL`, false, 'denied');
+    }
+    // The realm a 401 names may be any host. Over HTTPS it gets the registry's credentials, as Docker's client sends them to any
+    // realm; over plain HTTP only a host trusted with plain HTTP does: elsewhere the token is asked for anonymously (enough for a
+    // public image) and a refusal says why the credentials stayed here (docs/registry-lookup.md, "Authentication").
+    let credential = offered;
+    this.withheld = undefined;
+    if (credential && url.protocol === 'http:' && !this.plainHttpTrusted(url)) {
+      this.withheld = `credentials from ${credential.source} were not sent to its token realm ${url.origin}: plain HTTP to a host registryInsecure does not name (name it there to send them)`;
+      credential = undefined;
     }
     const scope = params.scope ?? `repository:${repository}:pull`;
     let res: HttpResponse;
@@ -209,7 +232,7 @@ export class Registry {
       throw this.networkError(err, where);
     }
     if (res.status === 429) throw new LookupError(`${where}: 429 Too Many Requests (${retryAfter(res)})`, true);
-    if (res.status === 401 || res.status === 403) throw new LookupError(`${where}: ${statusLine(res.status)} (${credential ? `credentials from ${credential.source} were refused` : `anonymous access refused; ${none}`})`, false, 'denied');
+    if (res.status === 401 || res.status === 403) throw new LookupError(`${where}: ${statusLine(res.status)} (${this.withheld ?? (credential ? `credentials from ${credential.source} were refused` : `anonymous access refused; ${none}`)})`, false, 'denied');
     if (res.status >= 500) throw new LookupError(`${where}: ${statusLine(res.status)}`, true);
     if (res.status !== 200) throw new LookupError(`${where}: ${statusLine(res.status)}`);
     let token: string | undefined;

@@ -5,7 +5,7 @@
  * that the CLI pays nothing when no lookup is needed.
  */
 import type { IncomingHttpHeaders, IncomingMessage, ClientRequest } from 'node:http';
-import type { Socket } from 'node:net';
+import { BlockList, isIP, type Socket } from 'node:net';
 import { isPublicAddress, publicOnlyLookup } from './allow.js';
 
 export type Env = Readonly<Record<string, string | undefined>>;
@@ -105,34 +105,17 @@ export function noProxyMatches(noProxy: string | undefined, host: string, port: 
   return false;
 }
 
+/** Whether an address lies in a CIDR block (IPv4 or IPv6), by Node's own BlockList. */
 function cidrContains(cidr: string, host: string): boolean {
-  const [base, bitsText] = cidr.split('/');
-  const bits = Number(bitsText);
-  const a = ipBytes(base ?? '');
-  const b = ipBytes(host);
-  if (!a || !b || a.length !== b.length || !Number.isInteger(bits) || bits < 0 || bits > a.length * 8) return false;
-  for (let i = 0; i < bits; i++) {
-    const mask = 0x80 >> (i % 8);
-    if ((a[i >> 3]! & mask) !== (b[i >> 3]! & mask)) return false;
-  }
-  return true;
-}
-
-function ipBytes(ip: string): number[] | undefined {
-  const v4 = /^(\d+)\.(\d+)\.(\d+)\.(\d+)$/.exec(ip);
-  if (v4) {
-    const parts = v4.slice(1).map(Number);
-    return parts.every((p) => p <= 255) ? parts : undefined;
-  }
-  if (!ip.includes(':')) return undefined;
-  const [head, tail] = ip.split('::') as [string, string | undefined];
-  const groups = (s: string | undefined) => (s ? s.split(':') : []);
-  const h = groups(head);
-  const t = groups(tail);
-  if (tail === undefined && h.length !== 8) return undefined;
-  const all = [...h, ...Array(8 - h.length - t.length).fill('0'), ...t];
-  if (all.length !== 8 || !all.every((g) => /^[0-9a-f]{1,4}$/i.test(g))) return undefined;
-  return all.flatMap((g) => [parseInt(g, 16) >> 8, parseInt(g, 16) & 255]);
+  const slash = cidr.lastIndexOf('/');
+  const base = cidr.slice(0, slash);
+  const bitsText = cidr.slice(slash + 1);
+  const family = isIP(base);
+  if (family === 0 || isIP(host) !== family || !/^\d{1,3}$/.test(bitsText) || Number(bitsText) > (family === 4 ? 32 : 128)) return false;
+  const type = family === 4 ? 'ipv4' : 'ipv6';
+  const block = new BlockList();
+  block.addSubnet(base, Number(bitsText), type);
+  return block.check(host, type);
 }
 
 /** The proxy for this URL, or undefined for a direct connection (loopback is never proxied, as in Go). */

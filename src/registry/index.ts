@@ -10,12 +10,12 @@ import { DIGEST_PATTERN, formatPlatform, LookupError, parsePlatform, Registry, t
 import { Credentials, dockerConfigPath } from './credentials.js';
 import { noProxyMatches } from './http.js';
 import { registryAllowed, type RegistryPolicy } from './allow.js';
-import type { ImageStartAnswer, LookupFailure } from '../core/decide/start.js';
+import type { ImageStartAnswer, LookupFailure } from '../core/index.js';
 
 export type { ImageStartAnswer, LookupFailure, RegistryPolicy };
 
 /** A failure the door may tell apart: `notAllowed`, the policy refused the registry by name before any connection. */
-export type RegistryFailure = LookupFailure & { notAllowed?: true };
+export type RegistryFailure = LookupFailure;
 
 export { noProxyMatches, registryAllowed };
 export { isPublicAddress } from './allow.js';
@@ -38,7 +38,7 @@ export interface RegistryOptions {
   now?: () => Date;
   /** Lookups in flight at once for this call. Default 4 (and never more than the process-wide cap: setLookupLimit). */
   concurrency?: number;
-  /** Which registries may be asked, at which addresses (./allow.ts); absent: any registry, any address (the CLI). */
+  /** Which registries may be asked, at which addresses (./allow.ts; every door gives one: ./options.ts); absent: any registry, any address. */
   policy?: RegistryPolicy;
 }
 
@@ -149,7 +149,9 @@ async function lookupOne(image: string, run: Run): Promise<ImageStartAnswer | Re
   if (ref.digest !== undefined && !DIGEST_PATTERN.test(ref.digest)) return { image, error: `not an image reference: digest ${JSON.stringify(ref.digest)} is not sha256:<64 hex> or sha512:<128 hex>`, kind: 'invalid' };
   if (ref.tag !== undefined && !TAG_PATTERN.test(ref.tag)) return { image, error: `not an image reference: tag ${JSON.stringify(ref.tag)} is not a valid tag`, kind: 'invalid' };
 
-  if (!registryAllowed(ref.registry, run.options.policy).allowed) return { image, error: `its registry ${ref.registry} is not one the lookups are allowed to reach`, notAllowed: true };
+  if (!registryAllowed(ref.registry, run.options.policy).allowed) {
+    return { image, error: `its registry ${ref.registry} is not one the lookups are allowed to reach (the built-in image table's, and those the config names in images, registryInsecure or registryAllow): --registry-allow ${ref.registry} (registryAllow in the config file) allows it; a registry over plain HTTP (a local one) goes in --registry-insecure ${ref.registry} instead`, notAllowed: true };
+  }
   let registry = run.registries.get(ref.registry);
   if (!registry) {
     registry = new Registry(ref.registry, run.ctx);

@@ -6,16 +6,10 @@
  * the identity may do all that verify will do (SelfSubjectAccessReviews).
  */
 import { auditPod, type AuditSettings } from '../audit/audit.js';
-import { PreflightError } from '../core/errors.js';
-import { asObject, type Plain } from '../core/values.js';
-import { KubernetesApiError, requestJson, type KubernetesClient } from '../kubernetes/index.js';
+import { asObject, type Plain, PreflightError } from '../core/index.js';
+import { KubernetesApiError, type KubernetesClient } from '../kubernetes/index.js';
 import { seconds } from './duration.js';
 import type { Check, Target } from './model.js';
-
-export interface Deadlines {
-  /** Epoch ms for one request from now. */
-  request(): number;
-}
 
 export interface TargetRequest {
   namespace: string;
@@ -171,7 +165,7 @@ export const PERMISSIONS: readonly { verb: string; resource: string; subresource
 const describePermission = (p: (typeof PERMISSIONS)[number]): string => `${p.verb} ${p.resource}${p.subresource ? `/${p.subresource}` : ''}`;
 
 /** Asks the API server, one SelfSubjectAccessReview a permission, whether this identity may do each. */
-export async function rbacCheck(client: KubernetesClient, namespace: string, pod: string, usesSelector: boolean, deadlines: Deadlines): Promise<Check> {
+export async function rbacCheck(client: KubernetesClient, namespace: string, pod: string, usesSelector: boolean): Promise<Check> {
   const wanted = PERMISSIONS.filter((p) => usesSelector || !(p.verb === 'list' && p.resource === 'pods'));
   const denied: string[] = [];
   const unknown: string[] = [];
@@ -182,7 +176,7 @@ export async function rbacCheck(client: KubernetesClient, namespace: string, pod
       spec: { resourceAttributes: { namespace, verb: p.verb, resource: p.resource, ...(p.subresource && { subresource: p.subresource }), ...(p.named && { name: pod }) } },
     };
     try {
-      const answer = await requestJson(client, 'POST', '/apis/authorization.k8s.io/v1/selfsubjectaccessreviews', review, { deadline: deadlines.request(), maxBytes: 1 << 20 });
+      const answer = await client.post('/apis/authorization.k8s.io/v1/selfsubjectaccessreviews', review, { maxBytes: 1 << 20 });
       if (asObject(answer.status)?.allowed !== true) denied.push(`${describePermission(p)} (to ${p.why})`);
     } catch (error) {
       if (!(error instanceof KubernetesApiError)) throw error;
@@ -199,7 +193,7 @@ export async function rbacCheck(client: KubernetesClient, namespace: string, pod
     name: 'rbac',
     ok: false,
     detail,
-    fix: `bind this identity to a Role in namespace ${namespace} that allows ${all} (the Role in docs/restart-race.md, "Verifying with vram-preflight verify"); kubectl auth can-i --list -n ${namespace} shows what it may do now`,
+    fix: `bind this identity to a Role in namespace ${namespace} that allows ${all} (the Role in docs/restart-race.md, "With vram-preflight verify"); kubectl auth can-i --list -n ${namespace} shows what it may do now`,
   };
 }
 

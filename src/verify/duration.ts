@@ -3,7 +3,7 @@
  * an operator uses: `90s`, `10m`, `1h30m`, `1.5m`, `500ms`), and as this
  * command prints them.
  */
-import { PreflightError } from '../core/errors.js';
+import { PreflightError } from '../core/index.js';
 import { quoteBounded } from '../config/suggest.js';
 
 const UNIT_MS: Record<string, number> = { ms: 1, s: 1000, m: 60_000, h: 3_600_000 };

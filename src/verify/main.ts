@@ -22,11 +22,11 @@ import { resolveOptions } from '../config/load.js';
 import { optionHelp, parseCommandLine, renderOnlyVariable, VERIFY_RENDER_ONLY_WHY, wrapOptions, type FlagRow } from '../config/flags.js';
 import type { Options } from '../config/sources.js';
 import { quoteBounded } from '../config/suggest.js';
-import { escapeControl, PreflightError } from '../core/errors.js';
-import { VERSION } from '../core/version.js';
-import type { RegistryAnswers } from '../core/index.js';
-import { KubernetesApiError, KubernetesClient, loadConnection, SERVICE_ACCOUNT_DIR } from '../kubernetes/index.js';
-import { findTarget, rbacCheck, readyCheck, type Deadlines } from './before.js';
+import { escapeControl, PreflightError, redactUserinfo, type RegistryAnswers, VERSION } from '../core/index.js';
+import { ITEM_LIMIT } from '../audit/audit.js';
+import { KubernetesApiError, KubernetesClient, KubernetesDeadlineError, loadConnection, SERVICE_ACCOUNT_DIR } from '../kubernetes/index.js';
+import { COMMAND_BUDGET, registryOptions } from '../registry/options.js';
+import { findTarget, rbacCheck, readyCheck } from './before.js';
 import { parseDuration } from './duration.js';
 import { holds, outcomeOf, type Check, type VerifyResult } from './model.js';
 import { renderJson, renderText } from './render.js';
@@ -88,7 +88,7 @@ Options of the wrap, as for the audit (flag, or environment variable; a config f
 same names in camelCase), so that verify reads the pod as the audit and the webhook do:
 ${optionHelp('verify', 'wrap')}
 
-Docs: docs/restart-race.md ("Verifying with vram-preflight verify").
+Docs: docs/restart-race.md ("With vram-preflight verify").
 `;
 
 interface VerifyArgs {
@@ -164,7 +164,8 @@ function sayChecks(io: VerifyIO, checks: readonly Check[]): void {
 
 /** The command; returns its exit code. Never throws. */
 export async function runVerify(argv: readonly string[], io: VerifyIO): Promise<number> {
-  const say = (error: PreflightError): void => void io.stderr.write(`vram-preflight: ${error.format()}\n`);
+  // An error may quote the server's URL, the API server's message or a container's output: a password in a URL is not shown (user:xxxxx@).
+  const say = (error: PreflightError): void => void io.stderr.write(`vram-preflight: ${redactUserinfo(error.format())}\n`);
   let args: VerifyArgs;
   let options: Options;
   try {
@@ -184,13 +185,12 @@ export async function runVerify(argv: readonly string[], io: VerifyIO): Promise<
   }
   // The whole run's deadline: the checks, then each restart's --timeout and the requests around it.
   const deadline = Date.now() + ROUND_SLACK_MS + args.repeat * (args.timeoutMs + ROUND_SLACK_MS);
-  const deadlines: Deadlines = { request: () => Math.min(Date.now() + REQUEST_TIMEOUT_MS, deadline) };
   let client: KubernetesClient | undefined;
   let progress: string | undefined;
   try {
-    return await verify(args, options, io, deadline, deadlines, (text) => (progress = text), (c) => (client = c));
+    return await verify(args, options, io, deadline, (text) => (progress = text), (c) => (client = c));
   } catch (failure) {
-    const error = failure instanceof KubernetesApiError ? apiError(failure) : failure;
+    const error = failure instanceof KubernetesApiError ? apiError(failure) : failure instanceof KubernetesDeadlineError && failure.which === 'caller' ? timedOut(args, failure) : failure;
     if (!(error instanceof PreflightError)) return internal(io, error);
     say(progress === undefined ? error : new PreflightError(error.code, `${error.message} (${progress})`, { ...error.details, fix: error.details.fix }));
     return error.code === 'USAGE' ? EXIT_USAGE : EXIT_CANNOT_VERIFY;
@@ -200,19 +200,20 @@ export async function runVerify(argv: readonly string[], io: VerifyIO): Promise<
 }
 
 /** The run itself, once the command line is read: its exit code, or it throws the error that stops it. */
-async function verify(args: VerifyArgs, options: Options, io: VerifyIO, deadline: number, deadlines: Deadlines, setProgress: (text: string) => void, setClient: (client: KubernetesClient) => void): Promise<number> {
+async function verify(args: VerifyArgs, options: Options, io: VerifyIO, deadline: number, setProgress: (text: string) => void, setClient: (client: KubernetesClient) => void): Promise<number> {
   const d = (flag: string): string | undefined => args.door.get(flag);
   const connection = loadConnection({ kubeconfig: d('--kubeconfig'), context: d('--context'), credentialsDir: d('--kubernetes-credentials-dir'), env: io.env, readFile: io.readFile, exists: io.exists, home: io.home });
-  const client = new KubernetesClient(connection, { requestTimeoutMs: REQUEST_TIMEOUT_MS, env: io.env });
+  // The audit's client settings (a pod, a watch event: at most ITEM_LIMIT), within the whole run's deadline.
+  const client = new KubernetesClient(connection, { env: io.env, requestTimeoutMs: REQUEST_TIMEOUT_MS, maxBodyBytes: ITEM_LIMIT, deadline, maxSockets: 4, userAgent: `vram-preflight/${VERSION} (verify)` });
   setClient(client);
   const lookup = async (images: readonly string[]): Promise<RegistryAnswers> => {
     const registry = await import('../registry/index.js');
-    const requestTimeoutMs = Math.round(options.registryTimeoutSeconds * 1000);
-    return registry.lookupImageStarts(images, { platform: options.registryPlatform, cacheDir: options.cacheDir, requestTimeoutMs, totalTimeoutMs: Math.max(15_000, 3 * requestTimeoutMs), insecureRegistries: options.registryInsecure, caFile: options.registryCaFile, env: io.env });
+    const lookups = registryOptions(options, io.env, COMMAND_BUDGET);
+    return registry.lookupImageStarts(images, { ...lookups, totalTimeoutMs: Math.max(1, Math.min(lookups.totalTimeoutMs, deadline - Date.now())) });
   };
-  const found = await findTarget(client, { namespace: args.namespace, pod: args.pod, selector: args.selector, container: args.container, coldStartMs: args.coldStartMs }, { options, lookup });
+  const found = await findTarget(client, { namespace: args.namespace, pod: args.pod, selector: args.selector, container: args.container, coldStartMs: args.coldStartMs }, { options, lookup, deadline });
   const target = found.target;
-  const before = [found.wrapped, readyCheck(found.pod, target.container), await rbacCheck(client, target.namespace, target.pod, args.selector !== undefined, deadlines)];
+  const before = [found.wrapped, readyCheck(found.pod, target.container), await rbacCheck(client, target.namespace, target.pod, args.selector !== undefined)];
   const result: VerifyResult = {
     target,
     before,
@@ -229,7 +230,7 @@ async function verify(args: VerifyArgs, options: Options, io: VerifyIO, deadline
   if (args.yes && (wrapped || args.allowUnwrapped)) {
     for (let round = 1; round <= args.repeat; round++) {
       setProgress(round === 1 ? 'no restart was done' : `after ${round - 1} of ${args.repeat} restarts, each recovered`);
-      const done = await restartOnce(client, { target, round, readyBy: Math.min(Date.now() + args.timeoutMs, deadline), timeoutMs: args.timeoutMs, marginMs: args.marginMs, deadlines }, wrapped);
+      const done = await restartOnce(client, { target, round, readyBy: Math.min(Date.now() + args.timeoutMs, deadline), timeoutMs: args.timeoutMs, marginMs: args.marginMs }, wrapped);
       result.rounds.push(done);
       if (!holds(done.checks) && round < args.repeat) {
         result.stopped = `round ${round} failed; the ${args.repeat - round} restart(s) left were not done`;
@@ -237,7 +238,7 @@ async function verify(args: VerifyArgs, options: Options, io: VerifyIO, deadline
       }
     }
   }
-  const where = { server: connection.server, credentials: connection.origin, context: connection.context };
+  const where = { server: redactUserinfo(connection.server), credentials: connection.origin, context: connection.context };
   io.stdout.write(args.output === 'json' ? renderJson(result, where) : renderText(result, where));
   const outcome = outcomeOf(result);
   return outcome === 'plan' || outcome === 'passed' ? 0 : EXIT_CHECK_FAILED;
@@ -247,11 +248,18 @@ async function verify(args: VerifyArgs, options: Options, io: VerifyIO, deadline
 function apiError(error: KubernetesApiError): PreflightError {
   const fix =
     error.status === 403
-      ? 'grant what the message names (the Role in docs/restart-race.md, "Verifying with vram-preflight verify")'
+      ? 'grant what the message names (the Role in docs/restart-race.md, "With vram-preflight verify")'
       : error.status === 401
         ? 'the credentials were not accepted: log in again, or check the kubeconfig user (kubectl auth whoami)'
         : 'check the API server and the request above';
   return new PreflightError('KUBERNETES_API', `the Kubernetes API refused ${error.path.split('?')[0]}: ${error.message}`, { fix });
+}
+
+/** The whole run's deadline passed (each --timeout and the requests around it): said as such, with how far it got. */
+function timedOut(args: VerifyArgs, error: KubernetesDeadlineError): PreflightError {
+  return new PreflightError('KUBERNETES_API', `verify did not finish within its deadline (${ROUND_SLACK_MS / 1000} s, and --timeout plus ${ROUND_SLACK_MS / 1000} s for each of the ${args.repeat} restart(s)): ${error.message}`, {
+    fix: 'check that the API server answers (kubectl get --raw /readyz); an API server this slow makes the restart\'s figures meaningless too',
+  });
 }
 
 function internal(io: VerifyIO, error: unknown): number {

@@ -2,8 +2,7 @@
  * verify's two forms: text for the operator at the terminal, JSON for CI
  * (src/verify.schema.json). Both are functions of the result alone.
  */
-import { escapeControl } from '../core/errors.js';
-import { VERSION } from '../core/version.js';
+import { escapeControl, redactUserinfo, VERSION } from '../core/index.js';
 import { describeColdStart } from './before.js';
 import { seconds } from './duration.js';
 import { outcomeOf, type Check, type Round, type VerifyResult } from './model.js';
@@ -14,7 +13,8 @@ export interface VerifyTarget {
   context?: string;
 }
 
-const line = (text: string): string => escapeControl(text);
+/** One line of the report: control characters escaped, and a password in a URL (a log line, an event's message) not shown. */
+const line = (text: string): string => escapeControl(redactUserinfo(text));
 const mark = (c: Check): string => (c.ok === true ? 'ok    ' : c.ok === false ? 'FAILED' : 'n/a   ');
 
 function checkLines(checks: readonly Check[], indent: string): string[] {
@@ -120,5 +120,6 @@ export function renderJson(result: VerifyResult, target: VerifyTarget): string {
     stopped: result.stopped ?? null,
     unread: result.unread,
   };
-  return `${JSON.stringify(report, null, 2)}\n`;
+  // Every string as the text shows it, but control characters (JSON escapes them): a password in a URL is not shown.
+  return `${JSON.stringify(report, (_key, value: unknown) => (typeof value === 'string' ? redactUserinfo(value) : value), 2)}\n`;
 }

@@ -6,16 +6,14 @@
  * evidence: restartCount before and after, the pod's BackOff events since the
  * signal (events counted before it, so clocks do not matter), the
  * preflight's lines in the new container's log (read with the table they are
- * written from, src/core/preflight-lines.ts), every start that failed on the
+ * written from, src/core/preflight/lines.ts), every start that failed on the
  * way (its exit, its termination message, vLLM's "Free memory on device"
  * line in its log), `logs --previous`, and SIGTERM to Ready against the
  * pod's cold start.
  */
-import { readPreflightLine } from '../core/index.js';
-import { PreflightError } from '../core/errors.js';
-import { asObject, type Plain } from '../core/values.js';
-import { execInContainer, KubernetesApiError, requestText, watchObjects, type ExecRequest, type ExecResult, type KubernetesClient } from '../kubernetes/index.js';
-import { describeState, statusOf, type Deadlines } from './before.js';
+import { asObject, type Plain, PreflightError, readPreflightLine } from '../core/index.js';
+import { execInContainer, KubernetesApiError, type ExecRequest, type ExecResult, type KubernetesClient } from '../kubernetes/index.js';
+import { describeState, statusOf } from './before.js';
 import { seconds } from './duration.js';
 import type { Check, FailedStart, PreflightEvidence, Round, Target } from './model.js';
 
@@ -28,8 +26,8 @@ const VLLM_SHORT = 'Free memory on device';
 /** What is read of a log: its head (the preflight's lines come first), and of `--previous` its tail (vLLM's error comes last). */
 const LOG_HEAD_BYTES = 1 << 20;
 const LOG_TAIL_LINES = 2000;
-/** A watch event holds one pod: etcd keeps objects of at most 1.5 MiB by default. */
-const WATCH_EVENT_BYTES = 8 << 20;
+/** The signal's exec: the command is a shell's builtin kill, over in moments; the connection is cut after this. */
+const SIGNAL_LIMIT_MS = 30_000;
 
 export interface RoundSettings {
   target: Target;
@@ -38,7 +36,6 @@ export interface RoundSettings {
   readyBy: number;
   timeoutMs: number;
   marginMs: number;
-  deadlines: Deadlines;
   /** How the signal is sent; the exec API unless a test plays the kubelet's part (there is no other use). */
   signal?: (request: ExecRequest) => Promise<ExecResult>;
 }
@@ -63,9 +60,9 @@ async function podEvents(client: KubernetesClient, t: Target): Promise<Map<strin
 
 const countOf = (event: Plain | undefined): number => Number(event?.count ?? asObject(event?.series)?.count ?? 1);
 
-async function readLog(client: KubernetesClient, t: Target, query: Record<string, string>, deadlines: Deadlines): Promise<{ text: string } | { unread: string }> {
+async function readLog(client: KubernetesClient, t: Target, query: Record<string, string>): Promise<{ text: string } | { unread: string }> {
   try {
-    return await requestText(client, logPath(t, { limitBytes: String(LOG_HEAD_BYTES), ...query }), { deadline: deadlines.request(), maxBytes: LOG_HEAD_BYTES });
+    return await client.text(logPath(t, { limitBytes: String(LOG_HEAD_BYTES), ...query }), { maxBytes: LOG_HEAD_BYTES });
   } catch (error) {
     if (error instanceof KubernetesApiError) return { unread: error.message };
     throw error;
@@ -143,7 +140,6 @@ export function roundChecks(r: Omit<Round, 'checks'>, settings: Pick<RoundSettin
 /** One round: the signal, the watch, the evidence, the checks. */
 export async function restartOnce(client: KubernetesClient, settings: RoundSettings, wrapped: boolean): Promise<Round> {
   const t = settings.target;
-  const d = settings.deadlines;
   const before = await client.get(podPath(t));
   if (String(asObject(before.metadata)?.uid) !== t.uid) throw new PreflightError('CANNOT_VERIFY', `pod ${t.namespace}/${t.pod} was replaced (another uid) before round ${settings.round}`, { fix: 'run verify again on the new pod' });
   const statusBefore = statusOf(before, t.container);
@@ -155,7 +151,7 @@ export async function restartOnce(client: KubernetesClient, settings: RoundSetti
   const sent = Date.now();
   let exec: Awaited<ReturnType<typeof execInContainer>>;
   try {
-    const request: ExecRequest = { namespace: t.namespace, pod: t.pod, container: t.container, command: SIGNAL_COMMAND, deadline: Math.min(d.request(), settings.readyBy) };
+    const request: ExecRequest = { namespace: t.namespace, pod: t.pod, container: t.container, command: SIGNAL_COMMAND, deadline: Math.min(Date.now() + SIGNAL_LIMIT_MS, settings.readyBy) };
     exec = await (settings.signal ? settings.signal(request) : execInContainer(client, request));
   } catch (error) {
     if (!(error instanceof KubernetesApiError) || error.status === 401 || error.status === 403) throw error;
@@ -195,7 +191,7 @@ export async function restartOnce(client: KubernetesClient, settings: RoundSetti
       const id = typeof terminated?.containerID === 'string' ? terminated.containerID : undefined;
       if (!terminated || id === undefined || id === idBefore || seenFailures.has(id) || terminated.exitCode === 0) continue;
       seenFailures.add(id);
-      const log = await readLog(client, t, previous ? { previous: 'true', tailLines: String(LOG_TAIL_LINES) } : { tailLines: String(LOG_TAIL_LINES) }, d);
+      const log = await readLog(client, t, previous ? { previous: 'true', tailLines: String(LOG_TAIL_LINES) } : { tailLines: String(LOG_TAIL_LINES) });
       failedStarts.push({
         containerId: id,
         ...(typeof terminated.exitCode === 'number' && { exitCode: terminated.exitCode }),
@@ -214,7 +210,8 @@ export async function restartOnce(client: KubernetesClient, settings: RoundSetti
     const opened = Date.now();
     const left = Math.ceil((settings.readyBy - Date.now()) / 1000);
     const query = new URLSearchParams({ fieldSelector: `metadata.name=${t.pod}`, watch: '1', allowWatchBookmarks: 'true', resourceVersion, timeoutSeconds: String(Math.max(1, Math.min(300, left))) });
-    for await (const event of watchObjects(client, `/api/v1/namespaces/${encodeURIComponent(t.namespace)}/pods?${query}`, { deadline: settings.readyBy, maxBytes: WATCH_EVENT_BYTES })) {
+    // Each event holds the pod: within the client's limit for one object, as a GET of it.
+    for await (const event of client.watch(`/api/v1/namespaces/${encodeURIComponent(t.namespace)}/pods?${query}`, { deadline: settings.readyBy })) {
       if (event.type === 'ERROR') {
         // 410 Gone: the resourceVersion is too old to watch from; start again from the pod as it is now.
         if (Number(event.object.code) === 410) {
@@ -247,9 +244,9 @@ export async function restartOnce(client: KubernetesClient, settings: RoundSetti
     .filter(([name, e]) => e.reason === 'BackOff' && countOf(e) > (eventsBefore.has(name) ? countOf(eventsBefore.get(name)) : 0))
     .map(([name, e]) => ({ message: String(e.message ?? '').slice(0, 500), count: countOf(e) - (eventsBefore.has(name) ? countOf(eventsBefore.get(name)) : 0), ...(typeof e.lastTimestamp === 'string' && { lastTimestamp: e.lastTimestamp }) }))
     .sort((a, b) => (a.lastTimestamp ?? '').localeCompare(b.lastTimestamp ?? ''));
-  const current = await readLog(client, t, {}, d);
+  const current = await readLog(client, t, {});
   const preflight: PreflightEvidence = 'text' in current ? preflightEvidence(current.text) : { lines: [], waitingLines: 0, unread: current.unread };
-  const previous = await readLog(client, t, { previous: 'true', tailLines: String(LOG_TAIL_LINES) }, d);
+  const previous = await readLog(client, t, { previous: 'true', tailLines: String(LOG_TAIL_LINES) });
   const round: Omit<Round, 'checks'> = {
     round: settings.round,
     restartCount: { before: restartsBefore, after: Number(statusAfter?.restartCount ?? restartsBefore) },

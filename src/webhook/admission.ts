@@ -20,15 +20,11 @@
  *   `kubectl apply --dry-run=server` shows what would happen (counted apart
  *   in the metrics: the webhook has no side effects).
  */
-import type { Options } from '../core/options.js';
-import type { RegistryAnswers } from '../core/decide/start.js';
-import { ACTION_EFFECTS, ANNOTATION_NOT_WRAPPED, ANNOTATION_WRAPPED, asObject, claimReferences, imageEntryFix, imageEntryYaml, patchObject, pointerSegment, withLookups, type ContainerReport, type JsonPatchOperation, type PatchResult } from '../core/index.js';
-import { escapeControl } from '../core/errors.js';
+import { ACTION_EFFECTS, ANNOTATION_NOT_WRAPPED, ANNOTATION_WRAPPED, asObject, claimReferences, type ContainerReport, escapeControl, imageEntryFix, imageEntryYaml, type JsonPatchOperation, type Options, type PatchInput, patchObject, type PatchResult, type Plain, pointerSegment, type RegistryAnswers, withLookups } from '../core/index.js';
 import { allowedAnswer, echo, readReview, type Admission, type RefusalFix, type RefusedContainer } from './answers.js';
 import type { ClaimReadResult, ClaimReference } from './claims.js';
 import { LOOKUP_NOT_ALLOWED } from './image-starts.js';
 import type { Outcome } from './metrics.js';
-import type { Plain } from '../core/values.js';
 
 export type { Admission, RefusalFix, RefusedContainer };
 
@@ -56,6 +52,10 @@ export interface AdmissionDependencies {
   limitHit?: (limit: 'containers-per-pod' | 'claims-per-pod') => void;
   /** Told, once the envelope is read, how to answer should the decision not finish in time (./worker.ts; inline, nobody asks). */
   onReview?: (late: () => Admission) => void;
+  /** How the pod's containers' command and args are read (`vram-preflight admit`: from its YAML, as the post-renderer reads them); absent: from the JSON. */
+  access?: PatchInput['access'];
+  /** Told the core's decision for every container (`vram-preflight admit` says what it decided; the webhook does not ask). */
+  onDecided?: (result: PatchResult) => void;
 }
 
 /**
@@ -273,7 +273,8 @@ export async function admit(text: string, deps: AdmissionDependencies): Promise<
     }
     let answers: RegistryAnswers | undefined;
     const lookup = deps.lookup && (async (images: readonly string[]) => (answers = await deps.lookup!(images)));
-    const result = await withLookups((registry) => patchObject(pod, deps.options, { registry, claims }), deps.options.registryLookup, lookup);
+    const result = await withLookups((registry) => patchObject(pod, deps.options, { registry, claims, access: deps.access }), deps.options.registryLookup, lookup);
+    deps.onDecided?.(result);
     const { wrapped, refused, skipped } = readResult(pod, result, claimFailures, answers);
     const annotations: Record<string, string> = {};
     // A container without a name (the API server's validation refuses it after admission) has no place in a list of names.

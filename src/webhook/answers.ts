@@ -1,9 +1,11 @@
 /**
- * The AdmissionReview answers, written once for every part of the webhook
- * that answers /mutate: the admission itself (./admission.ts) and the
- * not-ready answer (./routes.ts). An answer is a value (status, body,
- * outcome, the containers it names, the fields of its log line); the
- * transport only sends it.
+ * The answers, written once for every part of the webhook that answers: the
+ * HTTP answer every route resolves to (Answer: status, type, body, headers,
+ * and the reason when the request is refused), which the transport only
+ * sends; and the AdmissionReview answers of /mutate: the admission itself
+ * (./admission.ts) and the not-ready answer (./routes.ts), each a value
+ * (status, body, outcome, the containers it names, the fields of its log
+ * line).
  *
  * What an answer or a log line echoes of the request is bounded (echo()):
  * nothing of the body but named fields, each cut to a length, never an env
@@ -71,6 +73,38 @@ export function reviewText(uid: string, patch: readonly JsonPatchOperation[], wa
 export function jsonError(status: number, message: string): string {
   return `${JSON.stringify({ error: message, status })}\n`;
 }
+
+/** One HTTP answer, as a route resolves to it and the transport sends it. */
+export interface Answer {
+  status: number;
+  /** Content-Type. */
+  type: string;
+  body: string;
+  /** Headers besides Content-Type and Content-Length (Allow, for a 405). */
+  headers?: Readonly<Record<string, string>>;
+  /** Set when the request is refused: the reason, which the transport logs once ("request refused", with the method and route). */
+  refused?: string;
+}
+
+const JSON_TYPE = 'application/json';
+const TEXT_TYPE = 'text/plain; charset=utf-8';
+/** Prometheus' text format. */
+const METRICS_TYPE = 'text/plain; version=0.0.4; charset=utf-8';
+
+/** A plain-text answer (/healthz, /readyz). */
+export const textAnswer = (status: number, text: string): Answer => ({ status, type: TEXT_TYPE, body: text });
+
+/** /metrics. */
+export const metricsAnswer = (text: string): Answer => ({ status: 200, type: METRICS_TYPE, body: text });
+
+/** A JSON answer whose body is already JSON text (an AdmissionReview, a 400 about one). */
+export const jsonAnswer = (status: number, body: string): Answer => ({ status, type: JSON_TYPE, body });
+
+/** An answer that is not 2xx and no refusal (a probe's 503, an internal error): `{"error": ..., "status": ...}`. */
+export const errorAnswer = (status: number, message: string): Answer => jsonAnswer(status, jsonError(status, message));
+
+/** A refused request: the JSON error answer, logged once by the transport. */
+export const refusal = (status: number, message: string, headers?: Readonly<Record<string, string>>): Answer => ({ ...errorAnswer(status, message), ...(headers ? { headers } : {}), refused: message });
 
 /** A body no review can be answered for: HTTP 400 with a one-line message. */
 export function invalidAnswer(message: string, status = 400): Admission {

@@ -1,40 +1,41 @@
 /**
  * DRA: which device classes a pod's ResourceClaims and ResourceClaimTemplates
  * request. A pod only names them; the objects live in the cluster, so the
- * webhook reads them through the Kubernetes API (RBAC: get on
- * resourceclaims and resourceclaimtemplates) and hands the core what a render
- * would have held (recordDeviceClaim). Reads are cached for a short while and
- * have a small budget of their own; a claim that cannot be read leaves its
- * container unwrapped, with the reason.
+ * webhook reads them through the Kubernetes API (src/kubernetes: the one
+ * client, its claim reads; RBAC: get on resourceclaims and
+ * resourceclaimtemplates) and hands the core what a render would have held
+ * (recordDeviceClaim). This module is the webhook's policy around those
+ * reads: a budget per admission, a short cache, one read per claim, and a
+ * bounded, fair share of the API server.
  *
  * Bounded, so that a slow API server (or one pod naming thousands of
  * templates) never holds other pods' admissions: the admission reads at most
  * a few claims per pod (./admission.ts); one read per claim is in flight
  * however many pods name it; at most `maxInFlight` reads are in flight in the
- * process, the others wait for a slot (newest first: under a backlog the pod
- * that arrived last still has its budget left), each within the budget of
- * the pod that asked; a read that never got a slot is not remembered as a
- * failure, and a read in flight is abandoned at its deadline, queue time
- * included.
+ * process, each within the budget of the pod that asked, its time waiting
+ * for a slot included; a read that never got a slot is not remembered as a
+ * failure.
  *
- * In-cluster access as every client does it: KUBERNETES_SERVICE_HOST/PORT,
- * and the service account's token, CA and namespace files (the token is read
- * again for each request: the kubelet rotates it).
+ * Fair, so that reads the API server never answers cannot starve one it
+ * answers at once: a slot that frees goes in turn to the read that came last
+ * (it has its whole budget left) and to the one that waited longest (so that
+ * none waits for ever behind newer ones), and while any wait, a read holds
+ * its slot for its share of the budget only (a
+ * quarter of the budget, split among the reads running and waiting; never
+ * under MIN_SHARE_MS), counted from when its request went out, then gives it
+ * up, failing without being remembered. So each waiting read gets a slot
+ * within about a quarter of its budget, however many hung reads came before
+ * it (more where MIN_SHARE_MS holds: 16 slots turn over every 200 ms), and
+ * has the rest for its own answer; with none
+ * waiting, a read may take its whole budget. Over HTTP/2 (the API server's
+ * own protocol) a read given up is a stream reset; over HTTP/1.1 it costs its
+ * connection.
  */
-import { readFileSync } from 'node:fs';
-import { Agent, request } from 'node:https';
-import { emptyDeviceClaims, recordDeviceClaim, type DeviceClaims } from '../core/tables/gpu.js';
+import { type DeviceClaims, emptyDeviceClaims, recordDeviceClaim } from '../core/index.js';
+import { readClaim, RESOURCE_API_VERSIONS, type ClaimReference, type KubernetesClient } from '../kubernetes/index.js';
 import type { WebhookMetrics } from './metrics.js';
 
-export const SERVICE_ACCOUNT_DIR = '/var/run/secrets/kubernetes.io/serviceaccount';
-
-/** resource.k8s.io versions, newest first: v1 (Kubernetes 1.34), v1beta2 (1.33), v1beta1 (1.32). */
-const VERSIONS = ['v1', 'v1beta2', 'v1beta1'];
-
-export interface ClaimReference {
-  kind: 'ResourceClaim' | 'ResourceClaimTemplate';
-  name: string;
-}
+export type { ClaimReference };
 
 export interface ClaimReadResult {
   claims: DeviceClaims;
@@ -43,9 +44,6 @@ export interface ClaimReadResult {
 }
 
 export interface ClaimReaderSettings {
-  /** https://host:port of the API server. */
-  apiServer: string;
-  credentialsDir: string;
   budgetMs: number;
   ttlMs: number;
   failureTtlMs: number;
@@ -53,41 +51,44 @@ export interface ClaimReaderSettings {
   maxInFlight: number;
 }
 
-/** `transient`: no slot came within the budget; not an answer of the API server's, so not remembered. */
-type Read = { object: Record<string, unknown> } | { error: string; transient?: true };
+/** The most of an answer a claim read takes: a ResourceClaim(Template) is small; more is not one. */
+export const CLAIM_BODY_LIMIT = 1 << 20;
 
-class HttpError extends Error {
-  constructor(
-    readonly status: number,
-    message: string,
-  ) {
-    super(message);
-  }
+/** The least time a read keeps its slot while others wait, once sent (an API server's GET of a small object takes a few ms; this leaves room for a loaded one, and for this process's own event loop). */
+export const MIN_SHARE_MS = 200;
+
+/** `transient`: the API server gave no answer because the reads' bounds ended it (no slot, or its share was up): not remembered. */
+type Read = { object: Record<string, unknown> } | { error: string; transient?: 'queue' | 'share' };
+
+/** A read that holds a slot. */
+interface Running {
+  /** When its request went out on an open connection (its share runs from then); absent: still connecting. */
+  sent?: number;
+  stop: AbortController;
 }
 
-/** The API server's address in a pod, or undefined outside a cluster. */
-export function inClusterApiServer(env: Readonly<Record<string, string | undefined>>): string | undefined {
-  const host = env.KUBERNETES_SERVICE_HOST;
-  const port = env.KUBERNETES_SERVICE_PORT;
-  if (!host || !port) return undefined;
-  return `https://${host.includes(':') ? `[${host}]` : host}:${port}`;
+/** A read waiting for a slot. */
+interface Waiting {
+  start: () => void;
 }
 
-/** A read abandoned at its deadline: said the same whichever timer saw it first (the pod's budget or the request's own). */
-class DeadlineError extends Error {}
+/** Why a read gave its slot up: said as the read's failure. */
+class ShareEnded extends Error {}
 
 export class ClaimReader {
   private readonly cache = new Map<string, { read: Read; expires: number }>();
   private readonly inFlight = new Map<string, Promise<Read>>();
-  private running = 0;
-  /** Reads waiting for a slot, newest last (taken from the end). */
-  private readonly waiting: (() => void)[] = [];
-  private agent: Agent | undefined;
-  private caText: string | undefined;
+  private readonly running = new Set<Running>();
+  /** Reads waiting for a slot, in the order they came. */
+  private readonly waiting: Waiting[] = [];
+  /** Which end of `waiting` the next free slot goes to: the newest, or the longest waiting. */
+  private newestNext = true;
+  private shareTimer: NodeJS.Timeout | undefined;
   /** The version the API server answered last, tried first. */
-  private version = VERSIONS[0]!;
+  private readonly versions = { preferred: RESOURCE_API_VERSIONS[0]! };
 
   constructor(
+    private readonly client: KubernetesClient,
     private readonly settings: ClaimReaderSettings,
     private readonly metrics: WebhookMetrics,
     private readonly now: () => number = Date.now,
@@ -122,10 +123,10 @@ export class ClaimReader {
     let promise = this.inFlight.get(key);
     if (promise) return promise;
     const deadline = Date.now() + this.settings.budgetMs;
-    promise = this.withSlot(deadline, () => this.fetch(namespace, ref, deadline)).then((read) => {
+    promise = this.withSlot(deadline, (slot) => this.fetch(namespace, ref, deadline, slot)).then((read) => {
       this.inFlight.delete(key);
       if ('transient' in read) {
-        this.metrics.limits.inc({ limit: 'dra-queue-timeout' });
+        this.metrics.limits.inc({ limit: read.transient === 'queue' ? 'dra-queue-timeout' : 'dra-share-ended' });
         return read;
       }
       this.metrics.claimReads.inc({ result: 'error' in read ? 'failed' : 'read' });
@@ -138,106 +139,81 @@ export class ClaimReader {
   }
 
   /** Runs `read` once a slot is free, or answers a transient failure at `deadline` (epoch ms). */
-  private async withSlot(deadline: number, read: () => Promise<Read>): Promise<Read> {
-    if (this.running >= this.settings.maxInFlight) {
+  private async withSlot(deadline: number, read: (slot: Running) => Promise<Read>): Promise<Read> {
+    if (this.running.size >= this.settings.maxInFlight) {
       const got = await new Promise<boolean>((resolve) => {
-        const start = (): void => {
-          clearTimeout(timer);
-          resolve(true);
+        const waiter: Waiting = {
+          start: () => {
+            clearTimeout(timer);
+            resolve(true);
+          },
         };
         const timer = setTimeout(() => {
-          this.waiting.splice(this.waiting.indexOf(start), 1);
+          this.waiting.splice(this.waiting.indexOf(waiter), 1);
           resolve(false);
         }, Math.max(0, deadline - Date.now()));
-        this.waiting.push(start);
+        this.waiting.push(waiter);
+        this.rebalance();
       });
-      if (!got) return { error: `not read: ${this.settings.maxInFlight} reads were already in flight and none finished within ${this.settings.budgetMs} ms`, transient: true };
+      if (!got) return { error: `not read: ${this.settings.maxInFlight} reads were already in flight and none gave its slot up within ${this.settings.budgetMs} ms`, transient: 'queue' };
     }
-    this.running++;
+    const slot: Running = { stop: new AbortController() };
+    this.running.add(slot);
     try {
-      return await read();
+      return await read(slot);
     } finally {
-      this.running--;
-      this.waiting.pop()?.();
+      this.running.delete(slot);
+      const next = this.newestNext ? this.waiting.pop() : this.waiting.shift();
+      this.newestNext = !this.newestNext;
+      next?.start();
+      this.rebalance();
     }
   }
 
-  private async fetch(namespace: string, ref: ClaimReference, deadline: number): Promise<Read> {
-    const plural = ref.kind === 'ResourceClaim' ? 'resourceclaims' : 'resourceclaimtemplates';
-    const versions = [this.version, ...VERSIONS.filter((v) => v !== this.version)];
-    let notFound = 0;
-    for (const version of versions) {
-      try {
-        const object = await this.get(`/apis/resource.k8s.io/${version}/namespaces/${encodeURIComponent(namespace)}/${plural}/${encodeURIComponent(ref.name)}`, deadline);
-        this.version = version;
-        // Older versions answer without kind when asked through a list; a GET has it, but be sure.
-        return { object: { ...object, kind: ref.kind } };
-      } catch (error) {
-        if (error instanceof HttpError && error.status === 404) {
-          notFound++;
-          continue;
-        }
-        if (error instanceof DeadlineError) return { error: this.noAnswer() };
-        return { error: `cannot read it from the Kubernetes API: ${(error as Error).message}` };
-      }
+  /**
+   * While reads wait, each running one keeps its slot for its share: a quarter
+   * of the budget split among the reads running and waiting, at least
+   * MIN_SHARE_MS.
+   * Those past it give their slot up now; the next check is when the next
+   * one's share is up.
+   */
+  private rebalance(): void {
+    clearTimeout(this.shareTimer);
+    this.shareTimer = undefined;
+    if (this.waiting.length === 0) return;
+    const { budgetMs, maxInFlight } = this.settings;
+    const share = Math.max(Math.min(MIN_SHARE_MS, budgetMs / 4), (budgetMs / 4) * (maxInFlight / (this.running.size + this.waiting.length)));
+    const now = Date.now();
+    let next = Infinity;
+    const over: Running[] = [];
+    for (const slot of this.running) {
+      if (slot.stop.signal.aborted || slot.sent === undefined) continue;
+      const ends = slot.sent + share;
+      if (ends <= now) over.push(slot);
+      else next = Math.min(next, ends);
     }
-    return { error: notFound === versions.length ? `not found in namespace ${namespace} (resource.k8s.io ${VERSIONS.join(', ')})` : 'cannot read it from the Kubernetes API' };
-  }
-
-  /** One GET, abandoned at `deadline` (epoch ms) wherever it is: waiting for a socket, connecting, or reading. */
-  private get(path: string, deadline: number): Promise<Record<string, unknown>> {
-    const dir = this.settings.credentialsDir;
-    let token: string;
-    let ca: string;
-    try {
-      token = readFileSync(`${dir}/token`, 'utf8').trim();
-      ca = readFileSync(`${dir}/ca.crt`, 'utf8');
-    } catch (error) {
-      return Promise.reject(new Error(`service account credentials unreadable (${(error as NodeJS.ErrnoException).code ?? String(error)})`));
-    }
-    if (ca !== this.caText || !this.agent) {
-      this.agent?.destroy();
-      this.agent = new Agent({ keepAlive: true, ca, maxSockets: this.settings.maxInFlight });
-      this.caText = ca;
-    }
-    const url = new URL(path, this.settings.apiServer);
-    const left = deadline - Date.now();
-    if (left <= 0) return Promise.reject(new DeadlineError(this.noAnswer()));
-    return new Promise<Record<string, unknown>>((resolve, reject) => {
-      const req = request(url, { agent: this.agent, headers: { Authorization: `Bearer ${token}`, Accept: 'application/json' } }, (res) => {
-        const chunks: Buffer[] = [];
-        let size = 0;
-        res.on('data', (chunk: Buffer) => {
-          size += chunk.length;
-          if (size > 1 << 20) req.destroy(new Error('answer larger than 1 MiB'));
-          else chunks.push(chunk);
-        });
-        res.on('end', () => {
-          const text = Buffer.concat(chunks).toString('utf8');
-          if (res.statusCode !== 200) {
-            let message = '';
-            try {
-              message = String((JSON.parse(text) as { message?: unknown }).message ?? '');
-            } catch {
-              // not a Status object
-            }
-            reject(new HttpError(res.statusCode ?? 0, `HTTP ${res.statusCode}${message ? `: ${message.slice(0, 160)}` : ''}`));
-            return;
-          }
-          try {
-            resolve(JSON.parse(text) as Record<string, unknown>);
-          } catch {
-            reject(new Error('the answer is not JSON'));
-          }
-        });
-        res.on('error', reject);
+    // After the I/O already come in (a busy event loop runs due timers first): an answer that arrived in time still counts.
+    if (over.length > 0) {
+      setImmediate(() => {
+        const waited = this.waiting.length;
+        if (waited === 0) return;
+        for (const slot of over) if (this.running.has(slot)) slot.stop.abort(new ShareEnded(`the Kubernetes API did not answer within this read's share of the budget (${Math.round(share)} ms, while ${waited} other reads waited)`));
       });
-      // The whole exchange, not the socket's idleness (a `timeout` option would start only once a socket is assigned).
-      const timer = setTimeout(() => req.destroy(new DeadlineError(this.noAnswer())), left);
-      req.on('close', () => clearTimeout(timer));
-      req.on('error', reject);
-      req.end();
-    });
+    }
+    if (next !== Infinity) this.shareTimer = setTimeout(() => this.rebalance(), next - now);
+  }
+
+  private async fetch(namespace: string, ref: ClaimReference, deadline: number, slot: Running): Promise<Read> {
+    const signal = slot.stop.signal;
+    const onSent = (): void => {
+      slot.sent = Date.now();
+      this.rebalance();
+    };
+    const read = await readClaim(this.client, namespace, ref, this.versions, { deadline, maxBytes: CLAIM_BODY_LIMIT, signal, onSent });
+    if (!('error' in read) || !read.timedOut) return read;
+    // Said the same whichever timer saw it first (the pod's budget or the request's own); a share that was up is not the API's answer.
+    if (signal.reason instanceof ShareEnded) return { error: signal.reason.message, transient: 'share' };
+    return { error: this.noAnswer() };
   }
 
   private noAnswer(): string {
@@ -245,6 +221,8 @@ export class ClaimReader {
   }
 
   close(): void {
-    this.agent?.destroy();
+    clearTimeout(this.shareTimer);
+    for (const slot of this.running) slot.stop.abort(new ShareEnded('the webhook is shutting down'));
+    this.client.close();
   }
 }

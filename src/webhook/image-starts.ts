@@ -22,8 +22,9 @@
  *   webhook's log has the reason.
  */
 import { echo } from './answers.js';
-import type { ImageStartAnswer, LookupFailure, RegistryAnswers } from '../core/decide/start.js';
+import { type ImageStartAnswer, type LookupFailure, type Options, type RegistryAnswers } from '../core/index.js';
 import type { RegistryFailure, RegistryOptions } from '../registry/index.js';
+import { ADMISSION_BUDGET, registryOptions } from '../registry/options.js';
 import type { WebhookMetrics } from './metrics.js';
 
 export type Answer = ImageStartAnswer | RegistryFailure;
@@ -52,6 +53,15 @@ export const DEFAULT_CACHE_SETTINGS: ImageStartCacheSettings = {
   maxEntries: 2000,
   lookupsInFlight: 8,
 };
+
+/**
+ * The registry client's options for an admission (the webhook, admit): the
+ * admission's time budget, the policy of every door, and the cache under
+ * TMPDIR (the chart mounts an emptyDir at /tmp on a read-only root).
+ */
+export function admissionLookupOptions(options: Options, env: Readonly<Record<string, string | undefined>>): RegistryOptions {
+  return registryOptions({ ...options, cacheDir: options.cacheDir ?? `${env.TMPDIR || '/tmp'}/vram-preflight-cache` }, env, ADMISSION_BUDGET);
+}
 
 const isFailure = (answer: Answer): answer is RegistryFailure => 'error' in answer;
 

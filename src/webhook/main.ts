@@ -6,12 +6,12 @@
  */
 import { fileURLToPath } from 'node:url';
 import { isMainThread, parentPort, workerData } from 'node:worker_threads';
+import { resolveOptions } from '../config/load.js';
 import { CONFIG_FLAG } from '../config/sources.js';
 import { optionHelp, parseCommandLine, refuseRenderOnlyEnv, type FlagRow } from '../config/flags.js';
 import { quoteBounded } from '../config/suggest.js';
-import { PreflightError } from '../core/errors.js';
-import { VERSION } from '../core/version.js';
-import { inClusterApiServer, SERVICE_ACCOUNT_DIR } from './claims.js';
+import { PreflightError, VERSION } from '../core/index.js';
+import { SERVICE_ACCOUNT_DIR } from '../kubernetes/index.js';
 import { BODY_LIMIT, DEFAULT_SETTINGS, startWebhook, type WebhookSettings } from './server.js';
 import { TLS12_SUITES } from './transport.js';
 import { ADMISSION_WORKER, serveAdmissions } from './worker.js';
@@ -19,7 +19,7 @@ import { ADMISSION_WORKER, serveAdmissions } from './worker.js';
 import { watchCertificateExpiry } from './certificate-expiry.js';
 import { startMetricsPort, type MetricsPort } from './metrics-port.js';
 
-export { runAdmitProcess } from './admit-command.js';
+export { runAdmit } from './admit-command.js';
 
 // This bundle is also the script of the worker that decides large bodies (./worker.ts).
 if (!isMainThread && parentPort && (workerData as { role?: unknown } | null)?.role === ADMISSION_WORKER) serveAdmissions(parentPort);
@@ -38,7 +38,8 @@ const WEBHOOK_ROWS: readonly FlagRow[] = [
   { flag: '--address', value: 'ADDRESS', help: 'address to listen on (default: every interface)', doors: ['webhook'], kind: 'door' },
   { flag: '--registry-budget-ms', value: 'MS', help: 'how long one admission waits for registry lookups', doors: ['webhook'], kind: 'door', defaultOf: 'registryBudgetMs' },
   { flag: '--kubernetes-budget-ms', value: 'MS', help: 'how long one admission waits for the Kubernetes API to read DRA claims', doors: ['webhook'], kind: 'door', defaultOf: 'kubernetesBudgetMs' },
-  { flag: '--kubernetes-api', value: 'URL', help: 'https://HOST:PORT of the Kubernetes API (default: in-cluster, from KUBERNETES_SERVICE_HOST/PORT)', doors: ['webhook'], kind: 'door' },
+  { flag: '--kubeconfig', value: 'FILE', help: 'kubeconfig for the Kubernetes API, as controller-runtime\'s webhooks take it out of a cluster (default: KUBECONFIG, else in-cluster, else ~/.kube/config)', doors: ['webhook'], kind: 'door' },
+  { flag: '--kubernetes-api', value: 'URL', help: 'https://HOST:PORT of the Kubernetes API, with the token and CA of --kubernetes-credentials-dir (default: as --kubeconfig says)', doors: ['webhook'], kind: 'door' },
   { flag: '--kubernetes-credentials-dir', value: 'DIR', help: 'directory with token, ca.crt of a service account', doors: ['webhook'], kind: 'door', defaultOf: 'kubernetesCredentialsDir' },
   { flag: '--shutdown-delay-ms', value: 'MS', help: "on SIGTERM, how long it goes on accepting and answering, not ready, before it drains (Gatekeeper's --shutdown-delay is 10 s)", doors: ['webhook'], kind: 'door', defaultOf: 'shutdownDelayMs' },
   { flag: '--drain-timeout-ms', value: 'MS', help: 'after the shutdown delay, how long requests in flight may take to finish', doors: ['webhook'], kind: 'door', defaultOf: 'drainTimeoutMs' },
@@ -156,6 +157,9 @@ export function processSettings(argv: readonly string[], io: WebhookIO): { serve
     return undefined;
   }
   refuseRenderOnlyEnv(io.env, 'webhook');
+  // The wrap's flags and VRAM_PREFLIGHT_* variables, checked on their own (the config file aside): a bad value there is a
+  // usage error, as at every other door. Only the file is re-read; left to it, a bad flag would keep the webhook unready for ever.
+  resolveOptions({ configPath: '', flags: args.flags }, { env: io.env, readFile: () => '' });
   const w = (flag: string): string | undefined => args.webhook.get(flag);
   const certFile = w('--tls-cert-file');
   const keyFile = w('--tls-key-file');
@@ -182,8 +186,9 @@ export function processSettings(argv: readonly string[], io: WebhookIO): { serve
     env: io.env,
     registryBudgetMs: whole('--registry-budget-ms', w('--registry-budget-ms'), DEFAULT_SETTINGS.registryBudgetMs, 1),
     kubernetesBudgetMs: whole('--kubernetes-budget-ms', w('--kubernetes-budget-ms'), DEFAULT_SETTINGS.kubernetesBudgetMs, 1),
-    kubernetesApi: w('--kubernetes-api') ?? inClusterApiServer(io.env),
-    kubernetesCredentialsDir: w('--kubernetes-credentials-dir') ?? SERVICE_ACCOUNT_DIR,
+    ...(w('--kubeconfig') !== undefined ? { kubeconfig: w('--kubeconfig') } : {}),
+    ...(w('--kubernetes-api') !== undefined ? { kubernetesApi: w('--kubernetes-api') } : {}),
+    ...(w('--kubernetes-credentials-dir') !== undefined ? { kubernetesCredentialsDir: w('--kubernetes-credentials-dir') } : {}),
     shutdownDelayMs: whole('--shutdown-delay-ms', w('--shutdown-delay-ms'), DEFAULT_SETTINGS.shutdownDelayMs),
     drainTimeoutMs: whole('--drain-timeout-ms', w('--drain-timeout-ms'), DEFAULT_SETTINGS.drainTimeoutMs),
     maxConnections: whole('--max-connections', w('--max-connections'), DEFAULT_SETTINGS.maxConnections, 1),
@@ -223,7 +228,7 @@ export async function runWebhook(argv: readonly string[], io: WebhookIO = { stdo
   try {
     webhook = await startWebhook(settings);
     if (own.metricsPort !== undefined) {
-      metricsPort = await startMetricsPort(own.metricsPort, settings.address, webhook.metrics);
+      metricsPort = await startMetricsPort({ port: own.metricsPort, address: settings.address, headersTimeoutMs: settings.headersTimeoutMs, requestTimeoutMs: settings.requestTimeoutMs, idleTimeoutMs: settings.idleTimeoutMs }, webhook.metrics);
       settings.log({ level: 'info', msg: 'metrics listening', port: metricsPort.port, address: settings.address || '*', scheme: 'http' });
     }
   } catch (error) {

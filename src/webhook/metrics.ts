@@ -109,7 +109,7 @@ export const OUTCOMES = ['wrapped', 'unchanged', 'not-wrapped', 'ignored', 'inva
 export type Outcome = (typeof OUTCOMES)[number];
 
 /** The limits counted when they bite (the `limit` label). */
-export const LIMITS = ['connections-idle-closed', 'connections-refused', 'http2-headers-deadline', 'body-budget', 'body-queue-full', 'containers-per-pod', 'claims-per-pod', 'dra-queue-timeout'] as const;
+export const LIMITS = ['connections-idle-closed', 'connections-refused', 'metrics-connections-idle-closed', 'metrics-connections-refused', 'http2-headers-deadline', 'body-budget', 'body-queue-full', 'containers-per-pod', 'claims-per-pod', 'dra-queue-timeout', 'dra-share-ended'] as const;
 
 export function webhookMetrics() {
   const prefix = 'vram_preflight_webhook';
@@ -147,7 +147,7 @@ export function webhookMetrics() {
     ]),
     limits: new Counter(
       `${prefix}_limit_hits_total`,
-      'Times a limit bit, by limit (docs/webhook.md, "Hardening"): connections-idle-closed (at the connection cap, the longest idle one closed), connections-refused (at the cap, none idle), http2-headers-deadline (a header block too slow), body-budget (a body waited past its deadline for bytes in flight), body-queue-full (too many bodies waiting, refused), containers-per-pod, claims-per-pod, dra-queue-timeout.',
+      'Times a limit bit, by limit (docs/webhook.md, "Hardening"): connections-idle-closed (at the connection cap, the longest idle one closed), connections-refused (at the cap, none idle), metrics-connections-idle-closed and metrics-connections-refused (the same on the plain-HTTP metrics port), http2-headers-deadline (a header block too slow), body-budget (a body waited past its deadline for bytes in flight), body-queue-full (too many bodies waiting, refused), containers-per-pod, claims-per-pod, dra-queue-timeout (a DRA read got no slot within its budget), dra-share-ended (a DRA read gave its slot up to waiting ones after its fair share).',
       LIMITS.map((limit) => ({ limit })),
     ),
     inFlight: new Gauge(`${prefix}_in_flight_requests`, 'Requests being answered now.'),

@@ -9,8 +9,7 @@
 import { readFileSync } from 'node:fs';
 import { createSecureContext } from 'node:tls';
 import { resolveOptions } from '../config/load.js';
-import { PreflightError } from '../core/errors.js';
-import type { Options } from '../core/options.js';
+import { PreflightError, type Options } from '../core/index.js';
 import type { WebhookMetrics } from './metrics.js';
 import { watchFiles, type FileWatch } from './watch.js';
 

@@ -8,6 +8,12 @@
  *   GET  /readyz    a valid config is loaded and the process is not draining
  *   GET  /metrics   Prometheus text format 0.0.4 (./metrics.ts)
  *
+ * Each route resolves to an answer (./answers.ts), which the transport
+ * sends: as controller-runtime's admission handler decodes, handles, and
+ * writes what it returns to the writer it was handed, no route touches the
+ * connection (the one exception, `100 Continue`, goes through the function
+ * the transport hands over for it).
+ *
  * Request hygiene: /mutate takes POST only (405), application/json only
  * (415), at most BODY_LIMIT bytes (413, before `100 Continue` and before a
  * byte is read; the API server's objects are at most ~3 MiB), UTF-8 only
@@ -17,27 +23,26 @@
  * every refused request is logged once ("request refused", or the admission
  * line of a 400).
  */
-import type { Options } from '../core/options.js';
+import type { Options } from '../core/index.js';
 import { admit, type AdmissionDependencies } from './admission.js';
-import { echo, jsonError, notReadyAnswer } from './answers.js';
+import { echo, errorAnswer, jsonAnswer, metricsAnswer, notReadyAnswer, refusal, textAnswer, type Answer } from './answers.js';
 import { checkDeclaredLength, decodeBody, HttpProblem, readBody, Reservation, SMALL_BODY, type ByteBudget, type Request } from './body.js';
 import type { Lifecycle } from './lifecycle.js';
 import type { WebhookMetrics } from './metrics.js';
 import type { ConfigReloader, Log } from './reload.js';
-import type { Response, Transport } from './transport.js';
 import type { AdmissionWorker } from './worker.js';
 
 const ROUTES = new Set(['/mutate', '/healthz', '/readyz', '/metrics']);
 const pathOf = (req: Request): string => (req.url ?? '').split('?')[0]!;
-const TEXT = 'text/plain; charset=utf-8';
 
 /** The `route` label of a request's metrics: its path when it is one of ours. */
 export const routeOf = (req: Request): string => (ROUTES.has(pathOf(req)) ? pathOf(req) : 'other');
 
 export interface RouteParts {
-  transport: Transport;
-  lifecycle: Lifecycle;
-  config: ConfigReloader;
+  lifecycle: Pick<Lifecycle, 'ready' | 'whyNotReady'>;
+  config: Pick<ConfigReloader, 'options'>;
+  /** Whether the client presented the certificate /mutate asks for (the transport's TLS knows). */
+  clientAllowed(req: Request): boolean;
   /** Bytes of request bodies in flight. */
   budget: ByteBudget;
   /** Decides large bodies off the event loop; absent: every body is decided inline. */
@@ -52,36 +57,31 @@ export interface RouteParts {
 export class Routes {
   constructor(private readonly parts: RouteParts) {}
 
-  /** Answers one request (the transport's `handle`). */
-  async handle(req: Request, res: Response, expectsContinue: boolean): Promise<void> {
-    const { transport, lifecycle, metrics } = this.parts;
+  /**
+   * The answer to one request (the transport's handler). `sendContinue`: the
+   * client waits for `100 Continue` before its body; called once the body is
+   * wanted (never for one refused before a byte is read).
+   */
+  async handle(req: Request, sendContinue?: () => void): Promise<Answer> {
+    const { lifecycle, metrics } = this.parts;
     const path = pathOf(req);
-    if (path === '/mutate') return this.mutate(req, res, expectsContinue);
-    if (req.method !== 'GET' && req.method !== 'HEAD') return transport.refuse(req, res, 405, `${echo(req.method, 16)} is not allowed here`, { allow: 'GET' });
-    if (path === '/healthz') return transport.send(req, res, 200, TEXT, 'ok\n');
+    if (path === '/mutate') return this.mutate(req, sendContinue);
+    if (req.method !== 'GET' && req.method !== 'HEAD') return refusal(405, `${echo(req.method, 16)} is not allowed here`, { allow: 'GET' });
+    if (path === '/healthz') return textAnswer(200, 'ok\n');
     // Not a refused request: a probe's answer, asked every few seconds; the reason was logged when it arose.
-    if (path === '/readyz') return lifecycle.ready() ? transport.send(req, res, 200, TEXT, 'ok\n') : transport.send(req, res, 503, 'application/json', jsonError(503, lifecycle.whyNotReady()));
-    if (path === '/metrics') return transport.send(req, res, 200, 'text/plain; version=0.0.4; charset=utf-8', metrics.render());
-    return transport.refuse(req, res, 404, 'not found: POST /mutate, GET /healthz, /readyz, /metrics');
+    if (path === '/readyz') return lifecycle.ready() ? textAnswer(200, 'ok\n') : errorAnswer(503, lifecycle.whyNotReady());
+    if (path === '/metrics') return metricsAnswer(metrics.render());
+    return refusal(404, 'not found: POST /mutate, GET /healthz, /readyz, /metrics');
   }
 
-  private async mutate(req: Request, res: Response, expectsContinue: boolean): Promise<void> {
-    const { transport, config, budget, worker, metrics, log } = this.parts;
+  private async mutate(req: Request, sendContinue: (() => void) | undefined): Promise<Answer> {
+    const { config, budget, worker, metrics, log } = this.parts;
     const started = process.hrtime.bigint();
     const deadline = Date.now() + this.parts.requestTimeoutMs;
-    if (req.method !== 'POST') {
-      transport.refuse(req, res, 405, `${echo(req.method, 16)} is not allowed here: POST an AdmissionReview`, { allow: 'POST' });
-      return;
-    }
-    if (!transport.clientAllowed(req)) {
-      transport.refuse(req, res, 403, 'a client certificate of the configured client CA is required');
-      return;
-    }
+    if (req.method !== 'POST') return refusal(405, `${echo(req.method, 16)} is not allowed here: POST an AdmissionReview`, { allow: 'POST' });
+    if (!this.parts.clientAllowed(req)) return refusal(403, 'a client certificate of the configured client CA is required');
     const type = String(req.headers['content-type'] ?? '');
-    if (!/^application\/json\s*(;|$)/i.test(type)) {
-      transport.refuse(req, res, 415, `Content-Type is ${JSON.stringify(echo(type, 100))}: send application/json`);
-      return;
-    }
+    if (!/^application\/json\s*(;|$)/i.test(type)) return refusal(415, `Content-Type is ${JSON.stringify(echo(type, 100))}: send application/json`);
     let reservation: Reservation | undefined;
     try {
       let body: Buffer;
@@ -90,13 +90,12 @@ export class Routes {
         // Over the limit: refused before a byte is read, and before `100 Continue`.
         checkDeclaredLength(req);
         reservation = await Reservation.take(budget, req, deadline);
-        if (expectsContinue) res.writeContinue();
+        sendContinue?.();
         body = await readBody(req, deadline, reservation);
         // A large body is decoded (and parsed, and decided) off the event loop.
         if (!worker || body.length <= SMALL_BODY) text = decodeBody(body);
       } catch (error) {
-        this.refuseBody(req, res, error);
-        return;
+        return this.bodyRefused(error);
       }
       // Not ready (no valid config yet): the API server should not be sending; if it does, the pod goes in unchanged.
       const options = config.options;
@@ -109,17 +108,18 @@ export class Routes {
       metrics.latency.observe(seconds);
       const { level, ...fields } = admission.log;
       log({ level: level ?? (admission.status === 200 ? 'info' : 'warn'), msg: 'admission', ...fields, ...(admission.status !== 200 ? { status: admission.status } : {}), durationMs: Math.round(seconds * 1e5) / 100 });
-      transport.send(req, res, admission.status, 'application/json', admission.body);
+      return jsonAnswer(admission.status, admission.body);
     } finally {
+      // The parsed body is gone once its answer is made: its bytes go back to the budget.
       reservation?.done();
     }
   }
 
-  /** A body refused before its admission: counted, logged and answered with the reason (nothing of the body). */
-  private refuseBody(req: Request, res: Response, error: unknown): void {
+  /** A body refused before its admission: counted, and answered with the reason (nothing of the body). */
+  private bodyRefused(error: unknown): Answer {
     const status = error instanceof HttpProblem ? error.status : 400;
     this.parts.metrics.admissions.inc({ outcome: 'invalid', dry_run: 'false' });
     if (error instanceof HttpProblem && error.limit) this.parts.metrics.limits.inc({ limit: error.limit });
-    this.parts.transport.refuse(req, res, status, error instanceof HttpProblem ? error.message : 'the request could not be read');
+    return refusal(status, error instanceof HttpProblem ? error.message : 'the request could not be read');
   }
 }

@@ -17,18 +17,14 @@
  * A config invalid at start makes the webhook not ready, but it serves
  * /healthz and /metrics so that the reason can be seen.
  */
-import { readFileSync } from 'node:fs';
+import { existsSync, readFileSync } from 'node:fs';
 import { getHeapStatistics } from 'node:v8';
-import { PreflightError } from '../core/errors.js';
-import type { Options } from '../core/options.js';
-import { VERSION } from '../core/version.js';
-import { parseImage } from '../core/tables/image-ref.js';
-import { KNOWN_IMAGES } from '../core/tables/images.js';
-import type { RegistryOptions, RegistryPolicy } from '../registry/index.js';
+import { type Options, PreflightError, VERSION } from '../core/index.js';
+import { KubernetesClient, loadServerConnection } from '../kubernetes/index.js';
 import type { AdmissionDependencies } from './admission.js';
 import { BODY_LIMIT, ByteBudget, SMALL_BODY } from './body.js';
-import { ClaimReader } from './claims.js';
-import { DEFAULT_CACHE_SETTINGS, ImageStartCache, type LookupFunction } from './image-starts.js';
+import { CLAIM_BODY_LIMIT, ClaimReader } from './claims.js';
+import { admissionLookupOptions, DEFAULT_CACHE_SETTINGS, ImageStartCache, type LookupFunction } from './image-starts.js';
 import { Lifecycle } from './lifecycle.js';
 import { webhookMetrics, type WebhookMetrics } from './metrics.js';
 import { CertificateReloader, ConfigReloader } from './reload.js';
@@ -55,9 +51,12 @@ export interface WebhookSettings {
   registryBudgetMs: number;
   /** How long one admission waits for the Kubernetes API (DRA claims). */
   kubernetesBudgetMs: number;
-  /** https://host:port of the Kubernetes API; absent: none (DRA claims cannot be read). */
+  /** A kubeconfig (--kubeconfig); absent: KUBECONFIG, in-cluster, ~/.kube/config, as controller-runtime finds one (src/kubernetes). */
+  kubeconfig?: string;
+  /** https://host:port of the Kubernetes API (--kubernetes-api), with the token and CA of kubernetesCredentialsDir. */
   kubernetesApi?: string;
-  kubernetesCredentialsDir: string;
+  /** The service account's token and ca.crt; absent: /var/run/secrets/kubernetes.io/serviceaccount. */
+  kubernetesCredentialsDir?: string;
   /** After SIGTERM, how long the server goes on accepting and answering (not ready) before it drains. */
   shutdownDelayMs: number;
   /** How long a drain waits for requests in flight. */
@@ -132,33 +131,6 @@ export interface Webhook {
   drain(): Promise<void>;
 }
 
-/**
- * The registries lookups may reach (src/registry/allow.ts): those the
- * built-in image table knows, those the config's images name (mirrors), the
- * insecure ones it lists, and registryAllow's; those named there exactly (not
- * the public ones, not a *.domain) may be on private addresses.
- */
-export function registryPolicy(options: Options): RegistryPolicy {
-  const known = new Set(KNOWN_IMAGES.map((row) => parseImage(row.repository).registry));
-  const named = new Set([...options.images.map((entry) => parseImage(entry.repository).registry), ...options.registryInsecure, ...options.registryAllow.filter((r) => !r.startsWith('*.'))].filter((r) => !known.has(r)));
-  return { registries: [...known, ...named, ...options.registryAllow.filter((r) => r.startsWith('*.'))], privateRegistries: [...named] };
-}
-
-/** The registry client's options: per request within the pod's budget; the whole lookup may run on after it, bounded, to fill the cache; only the registries of the policy. */
-export function registryOptions(options: Options, env: WebhookSettings['env']): RegistryOptions {
-  const requestTimeoutMs = Math.min(5000, Math.round(options.registryTimeoutSeconds * 1000));
-  return {
-    policy: registryPolicy(options),
-    platform: options.registryPlatform,
-    cacheDir: options.cacheDir ?? `${env.TMPDIR || '/tmp'}/vram-preflight-cache`,
-    requestTimeoutMs,
-    totalTimeoutMs: 3 * requestTimeoutMs,
-    insecureRegistries: options.registryInsecure,
-    caFile: options.registryCaFile,
-    env,
-  };
-}
-
 /** The TLS settings from the webhook's: the client CA read from its file. */
 function tlsSettings(settings: WebhookSettings): TlsSettings {
   let clientCa: Buffer | undefined;
@@ -186,19 +158,25 @@ export async function startWebhook(settings: WebhookSettings): Promise<Webhook> 
   // The worker's heap: a quarter of the process's, at least room for a few largest bodies parsed.
   const worker = settings.admissionWorkerScript ? new AdmissionWorker(settings.admissionWorkerScript, Math.max(64, Math.round(getHeapStatistics().heap_size_limit / 4 / 1048576)), log) : undefined;
 
-  const claimReader = settings.kubernetesApi
-    ? new ClaimReader({ apiServer: settings.kubernetesApi, credentialsDir: settings.kubernetesCredentialsDir, budgetMs: settings.kubernetesBudgetMs, ttlMs: 60_000, failureTtlMs: 10_000, maxInFlight: settings.kubernetesReadsInFlight }, metrics)
-    : undefined;
+  // Where the Kubernetes API is and who the webhook is there, as controller-runtime finds it; none: DRA claims cannot be read.
+  const kubernetes = loadServerConnection({ kubeconfig: settings.kubeconfig, apiServer: settings.kubernetesApi, credentialsDir: settings.kubernetesCredentialsDir, env: settings.env, readFile: (file) => readFileSync(file, 'utf8'), exists: existsSync, home: settings.env.HOME || undefined });
+  const claimReader =
+    'connection' in kubernetes
+      ? new ClaimReader(
+          new KubernetesClient(kubernetes.connection, { env: settings.env, requestTimeoutMs: settings.kubernetesBudgetMs, maxBodyBytes: CLAIM_BODY_LIMIT, maxSockets: settings.kubernetesReadsInFlight, userAgent: `vram-preflight/${VERSION} (webhook)` }),
+          { budgetMs: settings.kubernetesBudgetMs, ttlMs: 60_000, failureTtlMs: 10_000, maxInFlight: settings.kubernetesReadsInFlight },
+          metrics,
+        )
+      : undefined;
 
   const deps = (options: Options): AdmissionDependencies => ({
     options,
-    lookup: (wanted) => images.answers(wanted, registryOptions(options, settings.env)),
+    lookup: (wanted) => images.answers(wanted, admissionLookupOptions(options, settings.env)),
     readClaims: claimReader ? (namespace, references) => claimReader.read(namespace, references) : undefined,
     limitHit: (limit) => metrics.limits.inc({ limit }),
   });
 
-  // The routes answer through the transport, which calls them: they are made once both exist (before the first request).
-  const transport: Transport = new Transport({ ...settings, tls: tlsSettings(settings) }, certificate.pair, { handle: (req, res, expectsContinue) => routes.handle(req, res, expectsContinue), route: routeOf, metrics, log });
+  const transport = new Transport({ ...settings, tls: tlsSettings(settings) }, certificate.pair, { route: routeOf, metrics, log });
 
   const watches: FileWatch[] = [certificate.watch(settings.reloadPollMs, (pair) => transport.setCertificate(pair))];
   const configWatch = config.watch(settings.reloadPollMs);
@@ -211,9 +189,9 @@ export async function startWebhook(settings: WebhookSettings): Promise<Webhook> 
       worker?.close();
     },
   });
-  const routes: Routes = new Routes({ transport, lifecycle, config, budget, worker, deps, requestTimeoutMs: settings.requestTimeoutMs, metrics, log });
+  const routes = new Routes({ lifecycle, config, clientAllowed: (req) => transport.clientAllowed(req), budget, worker, deps, requestTimeoutMs: settings.requestTimeoutMs, metrics, log });
 
-  const port = await transport.listen();
+  const port = await transport.listen(routes);
   log({
     level: 'info',
     msg: 'listening',
@@ -221,7 +199,8 @@ export async function startWebhook(settings: WebhookSettings): Promise<Webhook> 
     port,
     address: settings.address || '*',
     ready: lifecycle.ready(),
-    kubernetesApi: settings.kubernetesApi ?? null,
+    kubernetesApi: 'connection' in kubernetes ? kubernetes.connection.server : null,
+    kubernetes: 'connection' in kubernetes ? kubernetes.connection.origin : `none: ${kubernetes.none}`,
     limits: { heapBytes: getHeapStatistics().heap_size_limit, bodyBytesInFlight: budget.capacity, maxConnections: settings.maxConnections, maxStreams: settings.maxStreams, shutdownDelayMs: settings.shutdownDelayMs },
   });
 

@@ -3,7 +3,9 @@
  * Go client negotiates h2 on a loopback URL, http/1.1 through a Service) on
  * one port; the limits that bound what one client can make it hold; the books
  * of connections and requests in flight, which the lifecycle reads; and the
- * one way an answer is sent.
+ * one way an answer is sent. Each request goes to the handler given to
+ * listen() (./routes.ts), which resolves to an answer (./answers.ts); the
+ * transport writes it to the request's own response.
  *
  * Limits (docs/webhook.md, "Hardening"):
  * - TLS 1.2 with ECDHE key exchange and AEAD ciphers only, or TLS 1.3; the
@@ -11,9 +13,9 @@
  * - request headers have a deadline on both protocols: Node's own for
  *   HTTP/1.1; for HTTP/2, a session whose bytes keep coming while no stream
  *   starts or ends (a header block sent a byte at a time) is closed;
- * - at most `maxConnections` connections: at the cap, the connection idle the
- *   longest is closed to make room (the API server reuses its most recent
- *   ones), and a new one is refused only when none is idle;
+ * - at most `maxConnections` connections (./connections.ts): at the cap, the
+ *   connection idle the longest is closed to make room (the API server reuses
+ *   its most recent ones), and a new one is refused only when none is idle;
  * - at most `maxStreams` concurrent streams per HTTP/2 connection (a client
  *   that wants more waits, as Go's client does, or opens a connection);
  * - idle connections are closed after `idleTimeoutMs`.
@@ -22,8 +24,9 @@ import { constants, createSecureServer, type Http2SecureServer, type Http2Server
 import { STATUS_CODES, type ServerResponse } from 'node:http';
 import type { AddressInfo, Socket } from 'node:net';
 import type { TLSSocket } from 'node:tls';
-import { jsonError } from './answers.js';
+import { errorAnswer, refusal, type Answer } from './answers.js';
 import type { Request } from './body.js';
+import { ConnectionCap, type Connection } from './connections.js';
 import type { WebhookMetrics } from './metrics.js';
 import type { KeyPair, Log } from './reload.js';
 
@@ -65,20 +68,17 @@ export interface TransportSettings {
   tls: TlsSettings;
 }
 
+/** What answers the requests: the routes. */
+export interface Handler {
+  /** The answer to one request; a rejection is an internal error (500). `sendContinue`: the client waits for `100 Continue` before its body. */
+  handle(req: Request, sendContinue?: () => void): Promise<Answer>;
+}
+
 export interface TransportHooks {
-  /** Answers one request; a rejection is an internal error (500). `expectsContinue`: the client waits for `100 Continue` before its body. */
-  handle(req: Request, res: Response, expectsContinue: boolean): Promise<void>;
   /** The `route` label of a request's metrics. */
   route(req: Request): string;
   metrics: WebhookMetrics;
   log: Log;
-}
-
-/** One connection's books: requests (HTTP/1.1) or streams (HTTP/2) open on it, and since when it is idle. */
-interface Connection {
-  busy: number;
-  idleSince: number;
-  close(): void;
 }
 
 interface Session extends Connection {
@@ -116,11 +116,13 @@ export class Transport {
    * out of its endpoints.
    */
   retiring = false;
-  private readonly sockets = new Set<Socket>();
+  private readonly cap: ConnectionCap;
   private readonly h1 = new Map<TLSSocket, Connection>();
   private readonly h2 = new Map<ServerHttp2Session, Session>();
   private allDone: (() => void) | undefined;
   private readonly sweep: NodeJS.Timeout;
+  /** Set by listen(), before the first request can arrive. */
+  private handler: Handler | undefined;
 
   constructor(
     private readonly settings: TransportSettings,
@@ -141,7 +143,8 @@ export class Transport {
     h1.connectionsCheckingInterval = 1000;
     this.server.setTimeout(settings.idleTimeoutMs);
 
-    this.server.on('connection', (socket: Socket) => this.admitConnection(socket));
+    this.cap = new ConnectionCap(settings.maxConnections, () => [...this.h1.values(), ...this.h2.values()], (what) => hooks.metrics.limits.inc({ limit: `connections-${what}` }));
+    this.server.on('connection', (socket: Socket) => this.cap.admit(socket));
     this.server.on('secureConnection', (socket: TLSSocket) => {
       if (socket.alpnProtocol === 'h2') return; // its session keeps the books
       const connection: Connection = { busy: 0, idleSince: Date.now(), close: () => socket.destroy() };
@@ -158,11 +161,11 @@ export class Transport {
         return;
       }
       const status = error.code === 'ERR_HTTP_REQUEST_TIMEOUT' ? 408 : error.code === 'HPE_HEADER_OVERFLOW' ? 431 : 400;
-      const message = status === 408 ? `the request did not arrive within ${settings.headersTimeoutMs} ms` : status === 431 ? 'the request headers are too large' : `not an HTTP request (${error.code ?? 'unparsable'})`;
+      const answer = refusal(status, status === 408 ? `the request did not arrive within ${settings.headersTimeoutMs} ms` : status === 431 ? 'the request headers are too large' : `not an HTTP request (${error.code ?? 'unparsable'})`);
       hooks.metrics.requests.inc({ route: 'other', code: String(status) });
-      hooks.log({ level: 'warn', msg: 'request refused', status, error: message });
-      const body = jsonError(status, message);
-      socket.end(`HTTP/1.1 ${status} ${STATUS_CODES[status]}\r\ncontent-type: application/json\r\ncontent-length: ${Buffer.byteLength(body)}\r\nconnection: close\r\n\r\n${body}`);
+      hooks.log({ level: 'warn', msg: 'request refused', status, error: answer.refused });
+      // Node has no response object for a request it could not parse: the same answer, written as HTTP/1.1 text.
+      socket.end(`HTTP/1.1 ${status} ${STATUS_CODES[status]}\r\ncontent-type: ${answer.type}\r\ncontent-length: ${Buffer.byteLength(answer.body)}\r\nconnection: close\r\n\r\n${answer.body}`);
     });
     this.server.on('tlsClientError', () => {
       // A client that cannot finish a handshake is the client's problem; nothing to log per connection.
@@ -171,23 +174,6 @@ export class Transport {
     // Without this listener Node answers `100 Continue` by itself, before the body's size or turn is checked.
     this.server.on('checkContinue', (req: Request, res: Response) => this.request(req, res, true));
     this.sweep = setInterval(() => this.sweepSessions(), SWEEP_MS).unref();
-  }
-
-  /** The connection cap: at it, the connection idle the longest makes room; with none idle, the new one is refused. */
-  private admitConnection(socket: Socket): void {
-    if (this.sockets.size >= this.settings.maxConnections) {
-      let oldest: Connection | undefined;
-      for (const c of [...this.h1.values(), ...this.h2.values()]) if (c.busy === 0 && (!oldest || c.idleSince < oldest.idleSince)) oldest = c;
-      if (!oldest) {
-        socket.destroy();
-        this.hooks.metrics.limits.inc({ limit: 'connections-refused' });
-        return;
-      }
-      oldest.close();
-      this.hooks.metrics.limits.inc({ limit: 'connections-idle-closed' });
-    }
-    this.sockets.add(socket);
-    socket.on('close', () => this.sockets.delete(socket));
   }
 
   private track(session: ServerHttp2Session): void {
@@ -256,17 +242,14 @@ export class Transport {
     };
     res.on('finish', done);
     res.on('close', done);
-    this.hooks.handle(req, res, expectsContinue).catch((error: unknown) => {
-      log({ level: 'error', msg: 'internal error', error: error instanceof Error ? (error.stack ?? error.message) : String(error) });
-      if (!res.headersSent) this.send(req, res, 500, 'application/json', jsonError(500, 'internal error (logged)'));
-      else if (!res.writableEnded) res.end();
-    });
-  }
-
-  /** A refused request: one JSON answer, one log line (the method and route, never more of the request). */
-  refuse(req: Request, res: Response, status: number, message: string, extra: Record<string, string> = {}): void {
-    this.hooks.log({ level: 'warn', msg: 'request refused', status, method: (req.method ?? '').slice(0, 16), path: this.hooks.route(req), error: message });
-    this.send(req, res, status, 'application/json', jsonError(status, message), extra);
+    this.handler!.handle(req, expectsContinue ? () => res.writeContinue() : undefined).then(
+      (answer) => this.send(req, res, answer),
+      (error: unknown) => {
+        log({ level: 'error', msg: 'internal error', error: error instanceof Error ? (error.stack ?? error.message) : String(error) });
+        if (!res.headersSent) this.send(req, res, errorAnswer(500, 'internal error (logged)'));
+        else if (!res.writableEnded) res.end();
+      },
+    );
   }
 
   /** Whether the client presented a certificate of the client CA (with the common name asked); true when none is asked. */
@@ -279,10 +262,16 @@ export class Transport {
     return clientCommonName === undefined || socket.getPeerCertificate().subject?.CN === clientCommonName;
   }
 
-  /** Sends one answer, unless the client has gone (the API server gave up at its timeout): nothing to answer then. */
-  send(req: Request, res: Response, status: number, type: string, body: string, extra: Record<string, string> = {}): void {
+  /**
+   * Sends one answer, unless the client has gone (the API server gave up at
+   * its timeout): nothing to answer then. A refusal is logged once here (the
+   * method and route, never more of the request).
+   */
+  private send(req: Request, res: Response, answer: Answer): void {
+    const { status, body } = answer;
     this.hooks.metrics.requests.inc({ route: this.hooks.route(req), code: String(status) });
-    const headers: Record<string, string | number> = { 'content-type': type, 'content-length': Buffer.byteLength(body), ...extra };
+    if (answer.refused !== undefined) this.hooks.log({ level: 'warn', msg: 'request refused', status, method: (req.method ?? '').slice(0, 16), path: this.hooks.route(req), error: answer.refused });
+    const headers: Record<string, string | number> = { 'content-type': answer.type, 'content-length': Buffer.byteLength(body), ...answer.headers };
     // HTTP/1.1: a body not read to its end (refused before or while it came) is not read after the answer either: the connection closes.
     const unread = !req.complete;
     if (req.httpVersionMajor === 1) {
@@ -303,8 +292,10 @@ export class Transport {
     }
   }
 
-  async listen(): Promise<number> {
+  /** Starts serving: every request goes to `handler`, its answer back to the client. */
+  async listen(handler: Handler): Promise<number> {
     const { server, settings } = this;
+    this.handler = handler;
     await new Promise<void>((resolve, reject) => {
       server.once('error', reject);
       const onListening = (): void => {
@@ -337,7 +328,7 @@ export class Transport {
 
   /** Connections open now (tests, the lifecycle's log). */
   get connections(): number {
-    return this.sockets.size;
+    return this.cap.size;
   }
 
   /** Resolves when no request is in flight, or after `timeoutMs`. */
@@ -355,6 +346,6 @@ export class Transport {
   /** Closes every connection at once. */
   destroy(): void {
     clearInterval(this.sweep);
-    for (const socket of this.sockets) socket.destroy();
+    this.cap.destroyAll();
   }
 }

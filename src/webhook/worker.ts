@@ -16,9 +16,9 @@
  * own: a body that exhausts it ends the worker, not the process.
  */
 import { isUtf8 } from 'node:buffer';
+import { constants, setPriority } from 'node:os';
 import { Worker, type MessagePort } from 'node:worker_threads';
-import type { Options } from '../core/options.js';
-import type { RegistryAnswers } from '../core/decide/start.js';
+import type { Options, RegistryAnswers } from '../core/index.js';
 import { admit, DECISION_LATE, type AdmissionDependencies } from './admission.js';
 import { invalidAnswer, type Admission } from './answers.js';
 import type { ClaimReadResult, ClaimReference } from './claims.js';
@@ -41,8 +41,30 @@ type FromWorker =
 /** A call of the worker's to the main thread, before it is numbered. */
 type CallRequest = Extract<FromWorker, { call: number }> extends infer C ? (C extends { call: number } ? Omit<C, 'call'> : never) : never;
 
+/**
+ * The worker thread gives way to the main thread: it parses and decides
+ * large bodies, up to a second of CPU each, and on a two-core node (a hostile
+ * client's own encryption taking the other) it would get half of the core
+ * that the thread answering every other admission needs. On Linux the nice
+ * value belongs to a thread (setpriority(2) on the calling thread: NOTES), so
+ * this one runs at +10: where both want the core, the main thread gets ~90 %
+ * of it (CFS weights 1024 and 110), and where it is idle the worker has it
+ * all. Elsewhere the value is the whole process's: left alone.
+ */
+export function yieldToMainThread(): boolean {
+  if (process.platform !== 'linux') return false;
+  try {
+    setPriority(constants.priority.PRIORITY_BELOW_NORMAL);
+    return true;
+  } catch {
+    // Not allowed (a seccomp profile that refuses setpriority): the worker runs at the process's priority.
+    return false;
+  }
+}
+
 /** The worker's loop: one admission per message, its calls to the main thread answered by `reply`. */
 export function serveAdmissions(port: MessagePort): void {
+  yieldToMainThread();
   let nextCall = 1;
   const calls = new Map<number, (value: unknown) => void>();
   const ask = <T>(message: CallRequest): Promise<T> =>

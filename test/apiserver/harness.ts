@@ -35,6 +35,8 @@ export interface Cluster {
   bin: string;
   api: string;
   caCert: string;
+  /** Every variable `scripts/cluster.sh env` prints (the node's among them: test/node/harness.ts). */
+  env: Record<string, string>;
 }
 
 let cached: Cluster | undefined;
@@ -50,13 +52,16 @@ export function cluster(): Cluster {
   if (up.status !== 0) throw new Error(`scripts/cluster.sh up failed (it needs Go 1.26, openssl, curl):\n${up.stderr}`);
   const env = spawnSync('bash', [path.join(ROOT, 'scripts/cluster.sh'), 'env'], { encoding: 'utf8' });
   if (env.status !== 0) throw new Error(`scripts/cluster.sh env failed:\n${env.stderr}`);
-  const vars = Object.fromEntries(env.stdout.trim().split('\n').map((line) => [line.slice(0, line.indexOf('=')), line.slice(line.indexOf('=') + 1)]));
+  // A value is plain, or single-quoted for eval (each ' in it as '\'').
+  const unquote = (v: string) => (v.startsWith("'") ? v.slice(1, -1).replaceAll("'\\''", "'") : v);
+  const vars = Object.fromEntries(env.stdout.trim().split('\n').map((line) => [line.slice(0, line.indexOf('=')), unquote(line.slice(line.indexOf('=') + 1))]));
   cached = {
     kubeconfig: vars.KUBECONFIG!,
     dir: vars.VRAM_PREFLIGHT_CLUSTER_DIR!,
     bin: vars.VRAM_PREFLIGHT_CLUSTER_BIN!,
     api: vars.VRAM_PREFLIGHT_CLUSTER_API!,
     caCert: path.join(vars.VRAM_PREFLIGHT_CLUSTER_DIR!, 'pki/ca.crt'),
+    env: vars,
   };
   kubectlOk(['delete', 'mutatingwebhookconfigurations,validatingwebhookconfigurations', '--all', '--wait=false']);
   return cached;

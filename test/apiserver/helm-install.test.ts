@@ -37,6 +37,7 @@ import * as k from './harness.js';
 const RUN = Date.now().toString(36);
 const NS = { 3: `vpt-helm3-${RUN}`, 4: `vpt-helm4-${RUN}` } as const;
 let env: Record<3 | 4, ReturnType<typeof helmEnv>>;
+let madeRuntimeClass = false;
 
 /** The manifest's documents by their template, hooks left out (the installs run without them). */
 function manifestOf(text: string): Map<string, string> {
@@ -57,13 +58,15 @@ beforeAll(async () => {
   for (const ns of Object.values(NS)) await k.namespace(ns, {});
   // A chart template runs its vLLM pod with runtimeClassName: nvidia, which the NVIDIA GPU Operator creates on GPU clusters;
   // without it the API server's RuntimeClass admission refuses the pod.
-  k.applyObjects([{ apiVersion: 'node.k8s.io/v1', kind: 'RuntimeClass', metadata: { name: 'nvidia' }, handler: 'nvidia' }]);
+  // The cluster's node has one (its runc); then it stays.
+  madeRuntimeClass = k.kubectl(['get', 'runtimeclass', 'nvidia']).status !== 0;
+  if (madeRuntimeClass) k.applyObjects([{ apiVersion: 'node.k8s.io/v1', kind: 'RuntimeClass', metadata: { name: 'nvidia' }, handler: 'nvidia' }]);
 }, 20 * 60_000);
 
 afterAll(async () => {
   for (const ns of Object.values(NS)) await k.deleteNamespace(ns);
   // Other files count on the API server refusing pods that name a RuntimeClass it does not have.
-  k.kubectl(['delete', 'runtimeclass', 'nvidia', '--wait=false']);
+  if (madeRuntimeClass) k.kubectl(['delete', 'runtimeclass', 'nvidia', '--wait=false']);
   k.closeApi();
   removeTempDirs();
 });

@@ -129,8 +129,19 @@ describe('the chart-generated certificate across upgrades (helm v3, lookup again
   });
 
   let rotated: State;
-  it('certificates.generated.rotation changed: the CA rotates with overlap, no window either way', async () => {
-    const r = await upgradeOver(first, ['certificates.generated.rotation=2026-12']);
+  it('certificates.generated.rotation given at the first install: that CA is the rotation\'s, and the next upgrade with the same value keeps it', async () => {
+    const r = helm(['template', RELEASE, CHART, '--namespace', NAMESPACE, '--set', 'certificates.generated.rotation=20261201']);
+    expect(r.status, r.stderr).toBe(0);
+    const installed = stateOf(objects(r.stdout));
+    expect(installed.ca.metadata.annotations?.['vram-preflight.io/rotation']).toBe('20261201');
+    const again = await upgradeOver(installed, ['certificates.generated.rotation=20261201']);
+    expect(again.status, again.stderr).toBe(0);
+    expect(again.state.ca.data).toEqual(installed.ca.data);
+    expect(again.state.tls.data).toEqual(installed.tls.data);
+  });
+
+  it('certificates.generated.rotation changed (as the docs write it: --set certificates.generated.rotation=$(date +%Y%m%d), a number): the CA rotates with overlap, no window either way', async () => {
+    const r = await upgradeOver(first, ['certificates.generated.rotation=20261205']);
     expect(r.status, r.stderr).toBe(0);
     rotated = r.state;
     // The API server, still holding the old caBundle, trusts the new serving certificate (signed by the old next CA)...
@@ -143,12 +154,12 @@ describe('the chart-generated certificate across upgrades (helm v3, lookup again
     expect(rotated.ca.data['previous.crt']).toBe(first.ca.data['ca.crt']);
     expect(rotated.ca.data['next.crt']).not.toBe(first.ca.data['next.crt']);
     expect(bundleOf(rotated)).toHaveLength(3);
-    expect(rotated.ca.metadata.annotations).toMatchObject({ 'vram-preflight.io/rotation': '2026-12', 'vram-preflight.io/rotated-at': expect.stringMatching(/^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ$/) });
+    expect(rotated.ca.metadata.annotations).toMatchObject({ 'vram-preflight.io/rotation': '20261205', 'vram-preflight.io/rotated-at': expect.stringMatching(/^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ$/) });
     expect(rotated.tls.data['tls.crt']).not.toBe(first.tls.data['tls.crt']);
   });
 
   it('the same rotation value again changes nothing; a new one within 10 minutes of the last rotation is refused', async () => {
-    const same = await upgradeOver(rotated, ['certificates.generated.rotation=2026-12']);
+    const same = await upgradeOver(rotated, ['certificates.generated.rotation=20261205']);
     expect(same.status, same.stderr).toBe(0);
     expect(same.state.ca.data).toEqual(rotated.ca.data);
     expect(same.state.tls.data).toEqual(rotated.tls.data);

@@ -128,6 +128,9 @@ beforeAll(async () => {
   const mwc = objects.find((o) => o.kind === 'MutatingWebhookConfiguration')!;
   configurationName = mwc.metadata.name;
   webhookName = mwc.webhooks[0].name;
+  // The node's kube-proxy (scripts/cluster-node.sh) leaves a Service with this label to another proxy: here, the test's own.
+  const service = objects.find((o) => o.kind === 'Service')!;
+  k.kubectlOk(['label', 'service', service.metadata.name, '-n', NS, 'service.kubernetes.io/service-proxy-name=vram-preflight-test-kube-proxy']);
   const selector = Object.entries(deployment.spec.selector.matchLabels as Record<string, string>).map(([key, v]) => `${key}=${v}`).join(',');
   // kube-proxy's default: changes applied at most once a second (--iptables-min-sync-period 1s).
   proxy = new FakeKubeProxy(1000);

@@ -6,7 +6,7 @@ import { chmodSync, existsSync, mkdirSync, symlinkSync, writeFileSync } from 'no
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { parse as parseYaml } from 'yaml';
-import { PREFLIGHT_MARKER_PREFIX } from '../../src/core/preflight.js';
+import { PREFLIGHT_MARKER_PREFIX } from '../../src/core/preflight/script.js';
 import { ensureHelm, ensureTool, HELMS, type HelmMajor, Sandbox, splitDocuments } from './harness.js';
 
 type Container = { name: string; image: string; command?: string[]; args?: string[] };

@@ -83,7 +83,7 @@ function credentialsDir(serviceAccount: string): string {
   writeFileSync(path.join(dir, 'namespace'), NS.ml);
   return dir;
 }
-const inCluster = (): Record<string, string> => ({ HOME: tempDir('pod-home'), KUBERNETES_SERVICE_HOST: '127.0.0.1', KUBERNETES_SERVICE_PORT: new URL(c.api).port });
+const inCluster = (): Record<string, string> => ({ HOME: tempDir('pod-home'), KUBERNETES_SERVICE_HOST: new URL(c.api).hostname, KUBERNETES_SERVICE_PORT: new URL(c.api).port });
 
 beforeAll(async () => {
   c = cluster();
@@ -160,7 +160,7 @@ beforeAll(async () => {
 afterAll(() => {
   if (c) {
     kubectl(['delete', 'namespace', ...Object.values(NS), '--wait=false', '--ignore-not-found']);
-    kubectl(['delete', 'mutatingwebhookconfiguration', MWC, '--ignore-not-found']);
+    kubectl(['delete', 'mutatingwebhookconfiguration', MWC, `${MWC}-svc`, '--ignore-not-found']);
     kubectl(['delete', 'clusterrole,clusterrolebinding', '-l', `vram-preflight-audit-test=${id}`, '--ignore-not-found']);
   }
   removeTempDirs();
@@ -209,10 +209,18 @@ describe('vram-preflight audit against a real API server', () => {
     const early = JSON.parse(kubectlOk(['-n', NS.ml, 'get', 'pod', 'early', '-o', 'json']));
     expect(found['early/model'].createdAt).toBe(early.metadata.creationTimestamp);
     expect(found['early/model'].why.detail).toBe(`the pod was created (${early.metadata.creationTimestamp}) before the webhook configuration ${MWC} (${report.webhooks[0].createdAt}): no webhook saw it`);
-    // The webhook's reason from the annotation; the fix is the core's, decided now with this audit's config.
+    // The webhook's reason from the annotation; the fix is decided now with this audit's config, in the webhook's
+    // terms: the entry for the chart's config.images (as the webhook's own annotation gives it), not the CLI's --config.
     expect(found['refused/model'].why.detail).toBe("the webhook refused to wrap it at admission: the container gives no command, so it runs the image's ENTRYPOINT, which is not known for sure: no config file images entry matches; the built-in table does not place vllm/vllm-openai:team-build-7");
     expect(found['refused/model'].decision.action).toBe('error');
-    expect(found['refused/model'].fix).toMatch(/^pin the image's start in the config file \(--config\)/);
+    expect(found['refused/model'].fix).toBe([
+      `add this entry to config.images in the webhook chart's values (\`vram-preflight resolve vllm/vllm-openai:team-build-7\` prints this entry from the registry) and helm upgrade, then create the pod again (kubectl -n ${NS.ml} delete pod refused, then apply its manifest) so that the webhook wraps it:`,
+      '  config:',
+      '    images:',
+      '      - repository: vllm/vllm-openai',
+      '        tag: "team-build-7"',
+      "        entrypoint: [...]   # the image's ENTRYPOINT",
+    ].join('\n'));
     expect(found['served/model'].owner).toEqual({ kind: 'ReplicaSet', name: expect.stringMatching(/^served-[a-z0-9]+$/) });
     expect(found['served/model'].fix).toContain(`its ReplicaSet ${found['served/model'].owner.name} creates a new one, which the webhook wraps`);
     expect(found['annotated-skip/model'].decision.action).toBe('wrap');
@@ -355,7 +363,7 @@ describe('vram-preflight audit against a real API server', () => {
     const container = spec.containers[0];
     // The ServiceAccount admission plugin mounted the service account's token where the audit looks for it.
     expect(container.volumeMounts.map((m: K8s) => m.mountPath)).toContain('/var/run/secrets/kubernetes.io/serviceaccount');
-    expect(container.args).toEqual(['audit', '--config=/etc/vram-preflight/config/config.yaml', '--cache-dir=/tmp/vram-preflight-cache', `--webhook-configuration=${MWC}`, '--output=json']);
+    expect(container.args).toEqual(['audit', '--config=/etc/vram-preflight/config/config.yaml', '--cache-dir=/tmp/vram-preflight-cache', '--timeout=300s', `--webhook-configuration=${MWC}`, '--output=json']);
 
     // As the kubelet runs it: the ConfigMap and the bound token as files, KUBERNETES_SERVICE_HOST/PORT. Only the
     // token's directory is named by flag: this machine has no /var/run/secrets of the pod's.
@@ -441,5 +449,24 @@ describe('vram-preflight audit against a real API server', () => {
     const help = runBundle(file, ['audit', '--help'], env);
     expect(help.status).toBe(0);
     expect(help.stdout).toContain('Exit codes: 0 every vLLM container on an NVIDIA GPU is protected; 3 some are not');
+  });
+
+  it("webhook-not-called: says how many of the webhook Deployment's replicas are ready, where it can read that", async () => {
+    // The webhook's Deployment (two replicas, none ready: there is no kubelet) behind a Service of its name, as the chart names both.
+    const name = `webhook-${id}`;
+    kubectlOk(['-n', NS.off, 'create', 'deployment', name, '--image=busybox:1.36', '--replicas=2']);
+    const mwc = chartWebhookConfiguration(`${MWC}-svc`, SUITE, 'https://127.0.0.1:1', c.caCert);
+    for (const hook of mwc.webhooks) hook.clientConfig = { service: { namespace: NS.off, name, path: '/mutate' }, caBundle: hook.clientConfig.caBundle };
+    kubectlOk(['create', '-f', '-'], { input: JSON.stringify(mwc) });
+    // creationTimestamp has whole seconds: the pod comes in a later one.
+    await sleep(1100 - (Date.now() % 1000));
+    kubectlOk(['create', '-f', '-'], { input: yamlOf([pod(NS.ml, 'after-svc', [vllmContainer()])]) });
+    const { report } = auditJson(['--namespace', NS.ml, '--webhook-configuration', `${MWC}-svc`]);
+    const entry = byPod(report)['after-svc/model'];
+    expect(entry.why.code).toBe('webhook-not-called');
+    expect(entry.why.detail).toMatch(new RegExp(`the webhook \\(service ${NS.off}/${name}\\) was not called .*; now its Deployment ${NS.off}/${name} has 0 of 2 replicas ready$`));
+    expect(entry.fix).toBe(`bring the webhook up (kubectl -n ${NS.off} describe deployment ${name}: 0 of 2 replicas ready; its pods' events and logs say why), then create the pod again (kubectl -n ${NS.ml} delete pod after-svc, then apply its manifest) so that the webhook wraps it`);
+    // Where it cannot read the Deployment (the URL of the other configuration, or RBAC), it says what it said before.
+    expect(byPod(auditJson(['--namespace', NS.ml, '--webhook-configuration', MWC]).report)['after-svc/model'].why.detail).not.toContain('replicas ready');
   });
 });

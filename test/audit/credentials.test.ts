@@ -5,14 +5,16 @@
  * credential plugins (client.authentication.k8s.io/v1, as EKS and GKE use;
  * real processes), impersonation, contexts, KUBECONFIG lists, ~/.kube/config,
  * TLS settings; and the clear refusals: auth-provider, basic auth, a plugin
- * that fails, a CA that does not match.
+ * that fails, a CA that does not match, insecure-skip-tls-verify with a CA
+ * (as kubectl refuses it), a kubeconfig that holds nothing; never a password
+ * of a URL or a credential a plugin printed in what it says.
  */
 import { spawnSync } from 'node:child_process';
 import { chmodSync, copyFileSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { stringify } from 'yaml';
-import { bundle, cluster, kubectl, kubectlOk, namespace, removeTempDirs, runBundle, tempDir, waitFor, type Cluster } from './harness.js';
+import { auditEvents, bundle, cluster, kubectl, kubectlOk, namespace, removeTempDirs, runBundle, tempDir, waitFor, type Cluster } from './harness.js';
 
 type Run = ReturnType<typeof runBundle>;
 
@@ -174,6 +176,45 @@ describe('kubeconfig', () => {
     expectAudited(audit(['--kubeconfig', kubeconfig(dir, [{ name: 'i', cluster: { server: c.api, 'insecure-skip-tls-verify': true }, user: { token } }], 'i', 'insecure')], {}));
   });
 
+  it('insecure-skip-tls-verify together with a CA is refused before any connection, as kubectl refuses it: the token never goes to a server nobody verified', () => {
+    const dir = tempDir('insecure-ca');
+    const ca = spawnSync('openssl', ['req', '-x509', '-newkey', 'ec', '-pkeyopt', 'ec_paramgen_curve:prime256v1', '-nodes', '-days', '1', '-subj', '/CN=other', '-keyout', path.join(dir, 'other.key'), '-out', path.join(dir, 'other.crt')]);
+    expect(ca.status).toBe(0);
+    const before = auditEvents().end;
+    for (const [name, entry] of [['file', { 'certificate-authority': path.join(dir, 'other.crt') }], ['data', { 'certificate-authority-data': b64(path.join(dir, 'other.crt')) }]] as const) {
+      const run = audit(['--kubeconfig', kubeconfig(dir, [{ name: 'x', cluster: { server: c.api, 'insecure-skip-tls-verify': true, ...entry }, user: { token } }], 'x', `config-${name}`)], {});
+      expectRefused(run, 'error KUBECONFIG: cluster "x" sets insecure-skip-tls-verify together with a certificate-authority, which kubectl refuses too ("specifying a root certificates file with the insecure flag is not allowed")');
+      expect(run.stderr).toContain('fix: remove insecure-skip-tls-verify, so that the CA verifies the server');
+    }
+    // No request of the audit reached the API server.
+    expect(auditEvents(before).events.filter((e) => e.userAgent === 'vram-preflight-audit')).toEqual([]);
+  });
+
+  it('a password in a URL (proxy-url, a server that is not https or not a URL) is never printed: user:xxxxx, as kubectl redacts it', () => {
+    const dir = tempDir('redact');
+    const cases: [string, ClusterEntry, string][] = [
+      ['proxy', { ...server(), 'proxy-url': 'http://admin:S3CRET-proxy@proxy.example:3128' }, 'is reached through proxy-url http://admin:xxxxx@proxy.example:3128'],
+      ['http', { server: 'http://user:S3CRET-http@127.0.0.1:9' }, 'server http://user:xxxxx@127.0.0.1:9 is not https'],
+      ['bad', { server: 'https://user:S3CRET-bad@127.0.0.1:9:9' }, 'server "https://user:xxxxx@127.0.0.1:9:9" is not a URL'],
+      ['token-only', { server: 'http://S3CRET-tokenlike@127.0.0.1:9' }, 'server http://xxxxx@127.0.0.1:9 is not https'],
+    ];
+    for (const [name, cluster, said] of cases) {
+      const run = audit(['--kubeconfig', kubeconfig(dir, [{ name: 'r', cluster, user: { token } }], 'r', name)], {});
+      expectRefused(run, said);
+      expect(`${run.stdout}${run.stderr}`).not.toContain('S3CRET');
+    }
+  });
+
+  it('KUBECONFIG=/dev/null: said as a kubeconfig that holds nothing (not "none of the files exists"); in a pod it means in-cluster, as for kubectl', () => {
+    const run = audit([], { KUBECONFIG: '/dev/null' });
+    expectRefused(run, 'error KUBECONFIG: KUBECONFIG names no usable kubeconfig: /dev/null holds no kubeconfig (empty); and not in a pod (no KUBERNETES_SERVICE_HOST)');
+    expect(run.stderr).not.toContain('none of the files');
+    expect(audit([], { KUBECONFIG: `/nonexistent-${id}` }).stderr).toContain(`/nonexistent-${id} does not exist`);
+    // In a pod: the service account, as client-go's deferred loading does (here its token is not mounted, which is what it says).
+    const pod = audit([], { KUBECONFIG: '/dev/null', KUBERNETES_SERVICE_HOST: '127.0.0.1', KUBERNETES_SERVICE_PORT: new URL(c.api).port });
+    expectRefused(pod, "error KUBECONFIG: cannot read the service account's CA /var/run/secrets/kubernetes.io/serviceaccount/ca.crt");
+  });
+
   it('refuses what it cannot do, by name: an auth-provider, basic auth, proxy-url', () => {
     const dir = tempDir('refusals');
     const gke = audit(['--kubeconfig', kubeconfig(dir, [{ name: 'g', cluster: server(), user: { 'auth-provider': { name: 'gcp', config: { 'cmd-path': 'gcloud' } } } }], 'g', 'gke')], {});
@@ -181,7 +222,7 @@ describe('kubeconfig', () => {
     expect(gke.stderr).toContain('fix: use its exec credential plugin: gke-gcloud-auth-plugin for GKE');
     expectRefused(audit(['--kubeconfig', kubeconfig(dir, [{ name: 'o', cluster: server(), user: { 'auth-provider': { name: 'oidc', config: { 'idp-issuer-url': 'https://issuer.example' } } } }], 'o', 'oidc')], {}), 'error KUBECONFIG: user "o" authenticates with the auth-provider "oidc", which vram-preflight audit does not support (it runs exec credential plugins only)');
     expectRefused(audit(['--kubeconfig', kubeconfig(dir, [{ name: 'b', cluster: server(), user: { username: 'u', password: 'p' } }], 'b', 'basic')], {}), 'authenticates with a username and password (basic auth)');
-    expectRefused(audit(['--kubeconfig', kubeconfig(dir, [{ name: 'p', cluster: { ...server(), 'proxy-url': 'http://proxy:3128' }, user: { token } }], 'p', 'proxied')], {}), 'is reached through proxy-url http://proxy:3128, which vram-preflight audit does not support');
+    expectRefused(audit(['--kubeconfig', kubeconfig(dir, [{ name: 'p', cluster: { ...server(), 'proxy-url': 'http://proxy:3128' }, user: { token } }], 'p', 'proxied')], {}), 'is reached through proxy-url http://proxy:3128, which vram-preflight does not support');
   });
 });
 
@@ -230,6 +271,15 @@ describe('exec credential plugins (client.authentication.k8s.io/v1)', () => {
     let n = 0;
     const run = (user: User) => audit(['--kubeconfig', kubeconfig(dir, [{ name: 'x', cluster: server(), user }], 'x', `config-${++n}`)], {});
     expectRefused(run(exec({})), `error KUBECONFIG: exec credential plugin ${failing}: it exited 255: error: the SSO session has expired; run aws sso login`);
+    // What a failing plugin says is kept, cut, and without the credentials it may echo (its own env's values, tokens, a URL's password).
+    const leaky = script(dir, 'leaky.sh', `i=0; while [ $i -lt 50 ]; do echo "retrying $i" >&2; i=$((i+1)); done\necho "POST https://sso:S3CRET-url@login.example/token with client_secret=S3CRET-secret failed, Authorization: Bearer S3CRET-bearer-0123456789, token eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiJ4In0.c2lnbmF0dXJl" >&2\necho "key in env: $PLUGIN_KEY; $(head -c 3000 /dev/zero | tr '\\0' x)" >&2\nexit 1`);
+    const said = run({ exec: { apiVersion: 'client.authentication.k8s.io/v1', interactiveMode: 'Never', command: leaky, env: [{ name: 'PLUGIN_KEY', value: 'S3CRET-env-value' }] } });
+    expectRefused(said, `exec credential plugin ${leaky}: it exited 1: `);
+    expect(said.stderr).not.toMatch(/S3CRET|eyJhbGci/);
+    expect(said.stderr).toContain('https://sso:xxxxx@login.example/token');
+    expect(said.stderr).toContain('client_secret=[redacted]');
+    expect(said.stderr).toContain('key in env: [redacted]');
+    expect(said.stderr.split('\n')[0]!.length).toBeLessThan(700);
     expectRefused(run(exec({ command: 'aws-iam-authenticator-absent', installHint: 'install aws-iam-authenticator: https://example.invalid/install' })), 'exec credential plugin aws-iam-authenticator-absent: cannot run it (ENOENT)\n  fix: install aws-iam-authenticator: https://example.invalid/install');
     expectRefused(run(exec({ apiVersion: 'client.authentication.k8s.io/v1alpha1' })), 'the exec credential plugin\'s apiVersion is "client.authentication.k8s.io/v1alpha1"');
     expectRefused(run(exec({ interactiveMode: 'Always' })), 'it asks for a terminal (interactiveMode: Always), which the audit never gives it');

@@ -1,5 +1,5 @@
 /**
- * Issue 26 (item 8): what the admission answer may patch. The patch touches the wrapped
+ * What the admission answer may patch (docs/webhook.md, What it does to a pod). The patch touches the wrapped
  * containers' command/args and the pod's vram-preflight.io annotations, nothing else
  * (docs/webhook.md): a pod whose metadata is null or a string gets no op on /metadata, and a
  * container without a name gives no empty name in the annotations.
@@ -7,8 +7,8 @@
 import { describe, expect, it } from 'vitest';
 import { DEFAULT_OPTIONS } from '../../src/core/index.js';
 import { admit } from '../../src/webhook/admission.js';
+import type { Plain } from '../../src/core/values.js';
 
-type Plain = Record<string, unknown>;
 
 function review(pod: Plain): string {
   return JSON.stringify({

@@ -74,7 +74,7 @@ describe('? in command/args items', () => {
   });
 });
 
-// Issue 26 (fuzz 5, 6): command/args items as sigs.k8s.io/yaml's go-yaml v2 reads them.
+// Command/args items as sigs.k8s.io/yaml's go-yaml v2 reads them (docs/detection.md §2).
 describe('plain command/args items go-yaml reads as no string', () => {
   // goyaml.v2/resolve.go: YAML 1.1 booleans and nulls, Go integers (0x, 0o, 0b, leading-0 octal, `_`), yamlStyleFloat.
   for (const plain of ['8000', 'true', 'yes', 'on', 'Off', 'n', '0x10', '0o17', '017', '0b101', '1e3', '1_000', '+12', '-1', '.5', '0.9', '08', '~', 'null', '.inf', '-.Inf', '.NaN', '99999999999999999999999']) {

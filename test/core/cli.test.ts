@@ -137,6 +137,19 @@ describe('CLI', () => {
       expect(operators.stdout).toMatch(new RegExp(`${kind}\\s+-\\s+-\\s+cannot-wrap\\s+.*mentions vLLM, cannot be wrapped here`));
     }
     expect(operators.stdout).toMatch(/StormService\/vllm-1p1d\s+prefill\s+\S+\s+wrap/);
+    // An operator's resource of a kind no table names, without containers, naming a vLLM image (geeper-io/llm-operator's LMDeployment).
+    const lmDeployment = 'apiVersion: llm.geeper.io/v1alpha1\nkind: LMDeployment\nmetadata:\n  name: vllm-gpu\nspec:\n  vllm:\n    enabled: true\n    image: vllm/vllm-openai:latest\n    resources:\n      limits:\n        nvidia.com/gpu: "1"\n';
+    const unnamed = await runCli(['explain'], lmDeployment);
+    expect(unnamed.code).toBe(0);
+    expect(unnamed.stdout).toMatch(/LMDeployment\/vllm-gpu\s+-\s+vllm\/vllm-openai:latest\s+cannot-wrap\s+.*mentions vLLM, cannot be wrapped here: kind LMDeployment \(llm\.geeper\.io\/v1alpha1\) is not one vram-preflight knows and has no containers of its own; it names the vLLM image at spec\.vllm\.image, .*the admission webhook wraps those pods/);
+    expect(unnamed.stdout).not.toContain('No workload containers found');
+    const rendered = await runCli([], lmDeployment);
+    expect(rendered.stdout).toBe(lmDeployment);
+    expect(rendered.stderr).toBe('');
+    // Not for an object that has containers, nor a values file (no kind), nor an image of another engine.
+    for (const other of [lmDeployment.replace('vllm/vllm-openai:latest', 'ollama/ollama:0.6'), 'vllm:\n  image: vllm/vllm-openai:latest\n', `${lmDeployment}    containers: []\n`]) {
+      expect((await runCli(['explain'], other)).stdout, other).not.toContain('cannot-wrap');
+    }
     expect(operators.stdout).toMatch(/InferenceService\/vllm-custom\s+kserve-container\s+\S+\s+wrap/);
     const runtimeClass = await runCli(['explain'], fixture('gpu-runtimeclass-nvidia'));
     expect(runtimeClass.stdout).toContain('GPU signal: runtimeClassName nvidia');

@@ -11,7 +11,7 @@ import { explicitKeyMark, nothingToEscape, onlyCommentToLineEnd, startsWithSpace
 import { commentsOnly, hasContainersKey, kindLineNames, sourceComment } from '../../src/core/transform.js';
 import { KINDS_WITHOUT_CONTAINERS } from '../../src/core/tables/workloads.js';
 import { mentionsUtilizationFlag, isPythonFloatText } from '../../src/core/decide/utilization.js';
-import { hasNonZeroDigit, isPlainAbsolutePath, isPlainDecimal, isVersionText, leadingZeros, withoutTrailingZeros } from '../../src/core/preflight.js';
+import { hasNonZeroDigit, isPlainAbsolutePath, isPlainDecimal, isVersionText, leadingZeros, withoutTrailingZeros } from '../../src/core/preflight/settings.js';
 import { readPythonFloat, trimPythonSpace } from '../../src/core/python-float.js';
 import { withoutScriptExtension } from '../../src/cli/process-io.js';
 import { isPythonProgram } from '../../src/core/decide/detect.js';

@@ -139,6 +139,12 @@ describe('mentions that count', () => {
     expect(decides(inPod("          - don't\n          name: vllm"))).toBe(true);
     // A quote inside a comment opens nothing.
     expect(decides(inPod("          size: 1 # it's big\n          name: vllm"))).toBe(false);
+    // Lines that close them with nothing else to read (no quote, no opening bracket) close them too.
+    expect(decides(inPod('          args: [--a,\n            --b]\n          name: vllm'))).toBe(false);
+    expect(decides(inPod('          args: {a: b,\n            c: d}\n          name: vllm'))).toBe(false);
+    expect(decides(inPod('          args: [--a,\n            --b,\n            --c]\n          name: vllm'))).toBe(false);
+    // And a line that opens none leaves them open.
+    expect(decides(inPod('          args: [--a,\n            --b,\n          name: vllm]'))).toBe(true);
   });
 
   it('one mention that counts among many that do not', () => {

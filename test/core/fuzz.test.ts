@@ -17,6 +17,7 @@ import { isMap, isSeq, parseAllDocuments, type YAMLMap } from 'yaml';
 import { describe, expect, it } from 'vitest';
 import { DEFAULT_OPTIONS, type Options } from '../../src/config/sources.js';
 import { transform } from '../../src/core/transform.js';
+import type { Plain } from '../../src/core/values.js';
 
 const RUNS = Number(process.env.FUZZ_RUNS ?? 2000);
 const SEED = Number(process.env.FUZZ_SEED ?? 20261202);
@@ -106,7 +107,6 @@ function renderPod(containers: ContainerSpec[]): string {
   return `apiVersion: v1\nkind: Pod\nmetadata:\n  name: fuzz\n  labels:\n    app: a\n    app: b\nspec:\n  containers:\n${containers.map((c, i) => renderContainer(c, anchored, i)).join('\n')}\n`;
 }
 
-type Plain = Record<string, unknown>;
 
 function containersOf(text: string): { values: Plain[]; nodes: YAMLMap[] } {
   const [doc] = parseAllDocuments(text, READ) as ReturnType<typeof parseAllDocuments> & unknown[];

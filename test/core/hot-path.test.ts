@@ -4,7 +4,9 @@
  * to the test it stands for, on generated text rich in the characters that
  * could make them differ (both cases, Unicode spaces and case-folding
  * oddities), and hold the launcher's pass-through to the application's
- * answer on every fixture.
+ * answer on every fixture. And the render of the incident's chart, a short
+ * run, optimises nothing: a character loop over a whole document gets
+ * compiled by TurboFan, which cost more than the loop saved.
  */
 import { chmodSync, existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { spawnSync } from 'node:child_process';
@@ -62,7 +64,7 @@ describe('mentions as a plain search of the lowered text', () => {
   });
 });
 
-// Issue 26: a shell script is read by one reader (src/core/decide/shell-script.ts), whose
+// A shell script is read by one reader (src/core/decide/shell-script.ts), whose
 // answer is what the shell itself does: a real bash runs each generated script with a fake
 // `vllm` and `python3` on PATH that record what they were run with. (`&&` is left out: the
 // reader does not know which commands fail. A substitution as a
@@ -142,4 +144,29 @@ describe('the launcher passes through only what the application would', () => {
       }
     }
   });
+});
+
+describe('the real vLLM render optimises nothing (docs/benchmarks.md)', () => {
+  it('run from the built bundle with its code cache, as helm runs it, no function is compiled by TurboFan', () => {
+    const dir = mkdtempSync(join(tmpdir(), 'vram-preflight-tiering-'));
+    try {
+      const bundle = join(dir, 'vram-preflight.cjs');
+      const build = spawnSync(process.execPath, [join(import.meta.dirname, '../../scripts/build.mjs'), '--outfile', bundle], { encoding: 'utf8' });
+      expect(build.status, build.stderr).toBe(0);
+      const input = readFileSync(join(import.meta.dirname, '../../fixtures/real/vllm.input.yaml'));
+      const { NODE_OPTIONS: _, ...env } = process.env;
+      // V8's tiering counts bytecodes run, not time: with its seeds fixed the same run marks the same functions.
+      const render = () => spawnSync(process.execPath, ['--trace-opt', '--random-seed=1', '--hash-seed=1', bundle], { input, env, encoding: 'utf8', maxBuffer: 1 << 26 });
+      expect(render().status).toBe(0); // writes the code cache for these flags
+      const run = render();
+      expect(run.status, run.stderr).toBe(0);
+      expect(run.stdout).toContain('# vram-preflight ');
+      expect(run.stdout.split('\n').filter((line) => /^\[marking .* for optimization to TURBOFAN/.test(line))).toEqual([]);
+      // The control: the same trace does show TurboFan where a loop runs long enough.
+      const loop = spawnSync(process.execPath, ['--trace-opt', '-e', 'let n = 0; for (let i = 0; i < 1e6; i++) n += i; console.log(n)'], { env, encoding: 'utf8' });
+      expect(loop.stdout).toMatch(/^\[marking .* for optimization to TURBOFAN/m);
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  }, 60_000);
 });

@@ -101,6 +101,67 @@ describe('write failures: one line on stderr, exit 74, never a stack trace', () 
   });
 });
 
+describe('every door, the same process edges: a stdout that cannot be written is exit 74, a stdin that cannot be read exit 1, one line each', () => {
+  const pod = path.join(ROOT, 'docs/examples/pod.yaml');
+  const noStack = (stderr: string) => expect(stderr).not.toMatch(/Unhandled|^\s+at |node:events/m);
+
+  it('admit, admit --help and webhook --help into a full disk (ENOSPC) and into a pipe whose reader went away (EPIPE)', () => {
+    for (const args of ['admit', 'admit --help', 'webhook --help', 'admit --version']) {
+      const full = sh(`"$NODE" "$BUNDLE" ${args} < "${pod}" > /dev/full`);
+      expect(full.status, `${args} > /dev/full: ${full.stderr}`).toBe(74);
+      expect(full.stderr.split('\n').filter(Boolean).pop()).toBe('vram-preflight: error: cannot write to stdout: ENOSPC (no space left on the device); the output is incomplete');
+      noStack(full.stderr);
+    }
+    // 20 wrapped containers: more output than a pipe holds, so a write after head exits fails.
+    const wide = path.join(dir, 'wide-pod.json');
+    const container = { image: 'vllm/vllm-openai:v0.10.1', args: ['--model', 'm'], resources: { limits: { 'nvidia.com/gpu': '1' } } };
+    writeFileSync(wide, JSON.stringify({ apiVersion: 'v1', kind: 'Pod', metadata: { name: 'p' }, spec: { containers: Array.from({ length: 20 }, (_, i) => ({ name: `c${i}`, ...container })) } }));
+    const piped = sh(`{ "$NODE" "$BUNDLE" admit < "${wide}"; echo "exit $?" >&2; } | head -c 1`);
+    expect(piped.stderr).toMatch(/vram-preflight: error: cannot write to stdout: EPIPE \(the reading end of the pipe was closed\); the output is incomplete\nexit 74\n$/);
+    noStack(piped.stderr);
+  });
+
+  it('stdin a directory (< chart/templates) or open for writing only: every door says so in one line, exit 1, nothing on stdout', () => {
+    const templates = path.join(dir, 'templates');
+    mkdirSync(templates, { recursive: true });
+    for (const args of ['', '--fast-parse off', 'explain', 'explain --output json', 'admit']) {
+      const r = sh(`"$NODE" "$BUNDLE" ${args} < "${templates}"`);
+      expect(r.status, `${args} < DIR: ${r.stderr}`).toBe(1);
+      expect(r.stdout).toBe('');
+      expect(r.stderr.split('\n')[0]).toBe('vram-preflight: error IO: cannot read stdin: it is a directory (EISDIR)');
+      expect(r.stderr.split('\n').filter(Boolean)).toHaveLength(2); // the line and its fix
+      noStack(r.stderr);
+      const writeOnly = sh(`"$NODE" "$BUNDLE" ${args} 0> "${path.join(dir, 'write-only')}"`);
+      expect(writeOnly.status, `${args} 0>FILE: ${writeOnly.stderr}`).toBe(1);
+      expect(writeOnly.stderr.split('\n')[0]).toBe('vram-preflight: error IO: cannot read stdin: it is not open for reading (EBADF)');
+      noStack(writeOnly.stderr);
+    }
+  });
+
+  it("admit reads stdin as the webhook reads a body: past its limit it stops reading and says so", () => {
+    const big = Buffer.alloc(8 << 20, 'a');
+    const r = spawnSync(process.execPath, [bundle, 'admit'], { input: big, env, maxBuffer: 1 << 20 });
+    expect(r.status).toBe(1);
+    expect(r.stdout.length).toBe(0);
+    expect(r.stderr.toString()).toMatch(/^vram-preflight: error USAGE: stdin holds more than 3670016 bytes, the most the webhook reads of one admission request\n/);
+  });
+
+  it("no Node process warning from the YAML library (a key that is a list or a mapping): in a manifest, in a config file", () => {
+    const manifest = readFileSync(path.join(ROOT, 'docs/examples/pod.yaml'), 'utf8').replace('  labels:', '  annotations: {[x]: y}\n  labels:');
+    for (const args of [[], ['explain'], ['admit']]) {
+      const r = spawnSync(process.execPath, [bundle, ...args], { input: manifest, env, encoding: 'utf8' });
+      expect(r.stderr, args.join(' ')).not.toMatch(/mapAsMap|\(node:\d+\) Warning|--trace-warnings/);
+    }
+    const config = path.join(dir, 'ipv6.yaml');
+    writeFileSync(config, 'registryInsecure: [[fd00::1]:5000]\n');
+    const r = spawnSync(process.execPath, [bundle, '--config', config], { input: vllm, env, encoding: 'utf8' });
+    expect(r.status).toBe(2);
+    expect(r.stderr).not.toMatch(/mapAsMap|\(node:\d+\) Warning/);
+    expect(r.stderr).toContain('"[fd00::1]:5000" is read as a mapping whose key is a list or a mapping');
+    expect(r.stderr).toContain('write "[fd00::1]:5000"');
+  });
+});
+
 /** Runs the bundle with a stdin and/or stdout pipe in non-blocking mode, fed/read in slow pieces. */
 function nonBlocking(input: Buffer, which: 'stdin' | 'stdout'): { code: number; stdout: Buffer; stderr: string } {
   const program = `

@@ -1,12 +1,15 @@
 /**
- * Issue 26 (fuzz 7): a field nested ~820 levels deep made the render fail with
+ * A field nested ~820 levels deep made the render fail with
  * `YAML_SYNTAX … Maximum call stack size exceeded`, a JavaScript error dressed as a syntax
  * error. Now a document deeper than MAX_NESTING is refused with NESTING_TOO_DEEP, naming the
  * limit, before any parse; a layout the bound undercounts gets the same error, never a stack
- * overflow.
+ * overflow (docs/errors.md, error-nesting-too-deep).
  */
+import { readdirSync, readFileSync } from 'node:fs';
+import path from 'node:path';
+import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
-import { MAX_NESTING, nestingDepth } from '../../src/core/yaml/depth.js';
+import { depthBeyond, MAX_NESTING, nestingDepth } from '../../src/core/yaml/depth.js';
 import { runCli } from './run-cli.js';
 
 const pod = (annotation: string) => `apiVersion: v1
@@ -54,5 +57,24 @@ describe('documents nested deeper than vram-preflight reads', () => {
     expect(nestingDepth('a: "[[[[" # [[[[\nb: \'[{\'\n')).toBe(1);
     expect(nestingDepth('a: |\n  [[[[[[\n    - - - -\nb: 1\n')).toBe(1);
     expect(nestingDepth("a: don't [x]\n")).toBe(2);
+  });
+
+  it('depthBeyond answers as nestingDepth does against any limit: the count it starts with never hides a deeper text', () => {
+    const beyond = (text: string, limit: number) => (nestingDepth(text) > limit ? nestingDepth(text) : undefined);
+    // Texts of the characters the two read: lines, indentation, dashes, brackets, quotes, comments, block scalar headers.
+    const text = fc.array(fc.constantFrom('\n', ' ', '  ', '- ', '-', '[', ']', '{', '}', 'a', 'b: ', '"', "'", ' #', '|', '>'), { maxLength: 60 }).map((parts) => parts.join(''));
+    fc.assert(
+      fc.property(text, fc.integer({ min: 0, max: 12 }), (t, limit) => {
+        expect(depthBeyond(t, limit)).toBe(beyond(t, limit));
+      }),
+      { numRuns: 3000 },
+    );
+    const fixtures = path.resolve(__dirname, '../../fixtures');
+    const files = readdirSync(fixtures, { recursive: true, encoding: 'utf8' }).filter((f) => f.endsWith('.yaml'));
+    expect(files.length).toBeGreaterThan(20);
+    for (const file of files) {
+      const t = readFileSync(path.join(fixtures, file), 'utf8');
+      for (const limit of [0, 3, 10, nestingDepth(t) - 1, nestingDepth(t), MAX_NESTING]) expect(depthBeyond(t, limit), `${file} limit ${limit}`).toBe(beyond(t, limit));
+    }
   });
 });

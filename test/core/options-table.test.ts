@@ -13,6 +13,7 @@ import { SCALAR_OPTIONS } from '../../src/config/sources.js';
 import { closest, quoteBounded } from '../../src/config/suggest.js';
 import { PreflightError } from '../../src/core/errors.js';
 import { WEBHOOK_HELP, webhookSettings } from '../../src/webhook/main.js';
+import { runAdmit } from '../../src/webhook/admit-command.js';
 import { runCli } from './run-cli.js';
 
 const realVllm = readFileSync(join(import.meta.dirname, '../../fixtures/real/vllm.input.yaml'), 'utf8');
@@ -93,6 +94,37 @@ describe('one option table, two doors', () => {
     const run = await runCli(['--help=yes'], '');
     expect(run.code).toBe(2);
     expect(run.stderr).toContain('option --help takes no value');
+  });
+});
+
+describe('list options: an empty item is refused wherever it comes from, as the config file refuses it', () => {
+  it('--container-name= and --registry-insecure= (a variable left unset), VRAM_PREFLIGHT_*="" or a stray comma: exit 2, the option named', async () => {
+    const config = await runWithConfig('containerNames: [""]\n');
+    expect(config.code).toBe(2);
+    expect(config.stderr).toContain('containerNames.0 (--container-name / VRAM_PREFLIGHT_CONTAINER_NAMES) is "", must NOT have fewer than 1 characters');
+    const runs = [
+      await runCli(['--container-name='], realVllm),
+      await runCli(['--container-name=model', '--container-name='], realVllm),
+      await runCli(['--registry-insecure='], realVllm),
+      await runCli([], realVllm, { env: { VRAM_PREFLIGHT_CONTAINER_NAMES: '' } }),
+      await runCli([], realVllm, { env: { VRAM_PREFLIGHT_CONTAINER_NAMES: ',' } }),
+      await runCli([], realVllm, { env: { VRAM_PREFLIGHT_CONTAINER_NAMES: 'model,' } }),
+      await runCli([], realVllm, { env: { VRAM_PREFLIGHT_REGISTRY_INSECURE: '' } }),
+    ];
+    for (const run of runs) {
+      expect(run.code, run.stderr).toBe(2);
+      expect(run.stdout).toBe('');
+      expect(run.stderr).toMatch(/(containerNames|registryInsecure)\.\d+ \(--(container-name|registry-insecure) \/ VRAM_PREFLIGHT_(CONTAINER_NAMES|REGISTRY_INSECURE)\) is "", must NOT have fewer than 1 characters/);
+      expect(run.stderr).toContain('an item of a list is empty');
+    }
+    // admit's door reads them with the same reader (the webhook's reads them at start: docs/webhook.md, "Flags").
+    let said = '';
+    const admitted = await runAdmit(['--container-name='], { stdin: async () => realVllm, stdout: { write: () => true }, stderr: { write: (t: string) => (said += t) }, env: {}, readFile: () => '' });
+    expect(admitted, said).toBe(2);
+    expect(said).toContain('an item of a list is empty');
+    // Items with their own spaces, and several items, are as before.
+    expect((await runCli(['--container-name=model*'], realVllm)).code).toBe(0);
+    expect((await runCli([], realVllm, { env: { VRAM_PREFLIGHT_CONTAINER_NAMES: 'model*, other' } })).code).toBe(0);
   });
 });
 

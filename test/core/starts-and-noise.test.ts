@@ -1,5 +1,5 @@
 /**
- * Issue 26, found by trying 0.3.0 on public operator sources: a start that passes vLLM's own
+ * Found by trying 0.3.0 on public operator sources (docs/detection.md §4, §5): a start that passes vLLM's own
  * engine flag (KAITO), aibrix's RayClusterFleet, `ray start` workers, accelerators other than
  * NVIDIA's, and probes that cannot fail. Decided through patchObject (the webhook's door) and
  * the CLI's explain (the render's), the way a user meets them.
@@ -7,8 +7,8 @@
 import { describe, expect, it } from 'vitest';
 import { DEFAULT_OPTIONS, patchObject, type ContainerReport } from '../../src/core/index.js';
 import { runCli } from './run-cli.js';
+import type { Plain } from '../../src/core/values.js';
 
-type Plain = Record<string, unknown>;
 
 function pod(container: Plain, spec: Plain = {}): Plain {
   return { apiVersion: 'v1', kind: 'Pod', metadata: { name: 'p', namespace: 'n' }, spec: { containers: [{ name: 'model', ...container }], ...spec } };

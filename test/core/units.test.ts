@@ -148,7 +148,7 @@ describe('GPU signals', () => {
     expect(signals({ env: [{ name: 'NVIDIA_VISIBLE_DEVICES', value: 'all' }] })).toEqual(['visibleDevices:NVIDIA_VISIBLE_DEVICES=all']);
     for (const none of ['void', 'none', '']) expect(signals({ env: [{ name: 'NVIDIA_VISIBLE_DEVICES', value: none }] })).toEqual([]);
   });
-  // Issue 26 (MIG): every way the toolkit names a MIG instance, not only its UUID.
+  // Every way the toolkit names a MIG instance (docs/restart-race.md, MIG), not only its UUID.
   it('NVIDIA_VISIBLE_DEVICES naming a MIG instance, by UUID or by <gpu>:<mig> index, marks the signal MIG', () => {
     const mig = (value: string) => nvidiaGpuSignals({ container: { env: [{ name: 'NVIDIA_VISIBLE_DEVICES', value }] }, podSpec: {}, claims: emptyDeviceClaims() }).signals.map((s) => s.mig === true);
     for (const yes of ['MIG-5c4d2a1e-0b7d-4e55-9a61-2c4d5e6f7a8b', 'MIG-GPU-8f3c2a1e-0b7d-4e55-9a61-2c4d5e6f7a8b/1/0', '0:0', '1:3', '0, 2:1']) expect(mig(yes)).toEqual([true]);
@@ -242,7 +242,7 @@ describe('stream splitting', () => {
 
 describe('utilization', () => {
   const read = (start: string[], extra: Partial<Parameters<typeof readUtilization>[0]> = {}) =>
-    readUtilization({ start, env: [], hasEnvFrom: false, defaultValue: 0.9, context: {}, ...extra });
+    readUtilization({ start, env: [], hasEnvFrom: false, defaultValue: { text: '0.9', value: 0.9 }, context: {}, ...extra });
   it.each([
     [['--gpu-memory-utilization', '0.8'], 0.8],
     [['--gpu-memory-utilization=0.8'], 0.8],
@@ -258,6 +258,23 @@ describe('utilization', () => {
   });
   it.each([['0'], ['1.01'], ['-0.5'], ['0x1'], ['1e1'], [''], ['NaN'], ['inf'], ['_9']])('refuses %j', (raw) => {
     expect(() => read(['--gpu-memory-utilization', raw])).toThrow(/BAD_UTILIZATION|not a number/);
+  });
+  it('carries the text as written to the script, and the number vLLM reads to the report', () => {
+    expect(read(['--gpu-memory-utilization', ' 9.5e-1 '])).toMatchObject({ text: '9.5e-1', value: 0.95 });
+    expect(read(['--gpu-memory-utilization', '0.95000000000000001'])).toMatchObject({ text: '0.95000000000000001', value: 0.95 });
+    expect(read(['vllm', 'serve'])).toMatchObject({ text: '0.9', value: 0.9, source: 'default' });
+    // A text over 1 is refused as the script refuses it at run time, though float() reads 1.0.
+    expect(() => read(['--gpu-memory-utilization', '1.00000000000000001'])).toThrow(/not a number in \(0, 1\]/);
+  });
+  it('the render writes the text rounded on its digits into the script, the report shows the number', () => {
+    const pod = (u: string) =>
+      `apiVersion: v1\nkind: Pod\nmetadata:\n  name: p\nspec:\n  containers:\n    - name: m\n      image: vllm/vllm-openai:v0.26.0\n      args: [m, --gpu-memory-utilization, "${u}"]\n      resources: {limits: {nvidia.com/gpu: 1}}\n`;
+    const exact = transform(pod('0.95000000000000001'), DEFAULT_OPTIONS);
+    expect(exact.errors).toEqual([]);
+    expect(exact.output).toMatch(/\n +util=0\.950001 /);
+    expect(exact.containers[0]!.utilization?.value).toBe(0.95);
+    expect(transform(pod('9.5e-1'), DEFAULT_OPTIONS).output).toMatch(/\n +util=0\.95 /);
+    expect(transform(pod('vllm').replace(/args: .*\n/, 'args: [m]\n'), { ...DEFAULT_OPTIONS, defaultUtilization: 1e-7 }).output).toMatch(/\n +util=0\.000001 /);
   });
   it('resolves $(VAR) from a literal env value, the last definition winning', () => {
     expect(read(['--gpu-memory-utilization', '$(U)'], { env: [{ name: 'U', value: '0.1' }, { name: 'U', value: '0.4' }] }).value).toBe(0.4);

@@ -104,7 +104,11 @@ export interface Artifacts {
   dist: string;
   /** The self-contained bundle. */
   bundle: string;
-  /** dist/plugin/vram-preflight as built by scripts/package-plugin.mjs. */
+  /**
+   * The plugin archive unpacked into a temp dir: what `helm plugin install <archive>`
+   * puts in Helm 4's plugins directory. Tests only: scripts/package-plugin.mjs
+   * leaves no plugin directory (Helm 3 would link one; docs/install.md).
+   */
   pluginDir: string;
   /** vram-preflight-<version>.tgz: the plugin archive (unsigned; release.test.ts signs one). */
   pluginTgz: string;
@@ -114,12 +118,10 @@ export interface Artifacts {
 export function buildArtifacts(): Artifacts {
   const dist = tempDir('dist');
   runOk(process.execPath, [path.join(ROOT, 'scripts/package-plugin.mjs'), '--dist', dist]);
-  return {
-    dist,
-    bundle: path.join(dist, 'vram-preflight.cjs'),
-    pluginDir: path.join(dist, 'plugin/vram-preflight'),
-    pluginTgz: path.join(dist, `vram-preflight-${PACKAGE_VERSION}.tgz`),
-  };
+  const pluginTgz = path.join(dist, `vram-preflight-${PACKAGE_VERSION}.tgz`);
+  const unpacked = tempDir('plugin');
+  runOk('tar', ['-xzf', pluginTgz, '-C', unpacked]);
+  return { dist, bundle: path.join(dist, 'vram-preflight.cjs'), pluginDir: path.join(unpacked, 'vram-preflight'), pluginTgz };
 }
 
 /** Environment variables that could leak the user's helm or kube setup into a test. */

@@ -1,14 +1,17 @@
 /**
  * The shipped artifacts: the self-contained bundle, plugin.yaml (versions in
- * step, only keys Helm 4 accepts), the packaged plugin directory and .tgz,
- * and why the Helm 4 plugin must stay out of Helm 3's plugins directory.
+ * step, only keys Helm 4 accepts), the packaged plugin .tgz (and no plugin
+ * directory beside it; release.test.ts checks that no folder of the npm
+ * package holds a plugin.yaml), and why the Helm 4 plugin must stay out of Helm 3's plugins
+ * directory: with the real helm v3 and v4, what Helm 3 does with each, and
+ * the way out of a Helm 3 that linked a Helm 4 plugin directory.
  */
-import { copyFileSync, mkdirSync, readdirSync, readFileSync, statSync } from 'node:fs';
+import { copyFileSync, mkdirSync, readdirSync, readFileSync, statSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { parse } from 'yaml';
 import { AUDIT_ONLY_MARKERS, WEBHOOK_ONLY_MARKERS } from '../../scripts/build.mjs';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { buildArtifacts, ensureHelm, helm, helmEnv, helmOk, PACKAGE_VERSION, removeTempDirs, ROOT, run, tarEntries, tempDir, type Artifacts } from './helpers.js';
+import { buildArtifacts, ensureHelm, HELM, helm, helmEnv, helmOk, PACKAGE_VERSION, removeTempDirs, ROOT, run, tarEntries, tempDir, type Artifacts } from './helpers.js';
 
 let art: Artifacts;
 
@@ -138,7 +141,10 @@ describe('bundle', () => {
 });
 
 describe('packaged plugin', () => {
-  it('dist/plugin/vram-preflight holds plugin.yaml (unchanged), the Node.js check in bin/, the bundle in dist/, README', () => {
+  it('the archive holds plugin.yaml (unchanged), the Node.js check in bin/, the bundle in dist/, README; no plugin directory is left in dist/', () => {
+    // npm run package leaves the archive and the bundle, and no directory Helm 3 could link (docs/install.md).
+    expect(readdirSync(art.dist)).toEqual(expect.arrayContaining([`vram-preflight-${PACKAGE_VERSION}.tgz`, 'vram-preflight.app.js', 'vram-preflight.audit.cjs', 'vram-preflight.cjs', 'vram-preflight.webhook.cjs']));
+    expect(readdirSync(art.dist).filter((f) => statSync(path.join(art.dist, f)).isDirectory())).toEqual([]);
     expect(readdirSync(art.pluginDir).sort()).toEqual(expect.arrayContaining(['README.md', 'bin', 'dist', 'plugin.yaml']));
     expect(readFileSync(path.join(art.pluginDir, 'bin/node-version-guard.cjs'), 'utf8')).toBe(readFileSync(path.join(ROOT, 'bin/node-version-guard.cjs'), 'utf8'));
     expect(readFileSync(path.join(art.pluginDir, 'plugin.yaml'), 'utf8')).toBe(readFileSync(path.join(ROOT, 'helm-plugin/plugin.yaml'), 'utf8'));
@@ -151,6 +157,7 @@ describe('packaged plugin', () => {
     const webhook = path.join(art.pluginDir, 'dist/vram-preflight.webhook.cjs');
     expect(readFileSync(webhook).equals(readFileSync(path.join(art.dist, 'vram-preflight.webhook.cjs')))).toBe(true);
     expect(statSync(webhook).mode & 0o777).toBe(0o644);
+    expect(readFileSync(path.join(art.pluginDir, 'README.md'), 'utf8')).toContain('rm "$(helm env HELM_PLUGINS)/vram-preflight"');
   });
 
   it('the .tgz is named and laid out like `helm plugin package` output: <name>-<version>.tgz, all under <name>/, plain files and dirs only', () => {
@@ -198,24 +205,6 @@ describe('packaged plugin', () => {
     }
   });
 
-  it('the npm package layout (package.json "files") is itself a Helm 4 plugin directory', () => {
-    const pkg = JSON.parse(readFileSync(path.join(ROOT, 'package.json'), 'utf8')) as { files: string[]; bin: Record<string, string> };
-    expect(pkg.files).toEqual(expect.arrayContaining(['plugin.yaml', 'bin/node-version-guard.cjs', 'dist/vram-preflight.cjs', 'dist/vram-preflight.app.js', 'dist/vram-preflight.webhook.cjs']));
-    expect(pkg.bin['vram-preflight']).toBe('dist/vram-preflight.cjs');
-    // What `npm install -g` puts in $(npm root -g)/vram-preflight, reduced to the four files that matter here.
-    const installed = path.join(tempDir('npm-root'), 'vram-preflight');
-    mkdirSync(path.join(installed, 'dist'), { recursive: true });
-    mkdirSync(path.join(installed, 'bin'), { recursive: true });
-    copyFileSync(path.join(ROOT, 'helm-plugin/plugin.yaml'), path.join(installed, 'plugin.yaml'));
-    copyFileSync(path.join(ROOT, 'bin/node-version-guard.cjs'), path.join(installed, 'bin/node-version-guard.cjs'));
-    copyFileSync(art.bundle, path.join(installed, 'dist/vram-preflight.cjs'));
-    copyFileSync(path.join(art.dist, 'vram-preflight.app.js'), path.join(installed, 'dist/vram-preflight.app.js'));
-    const env = helmEnv();
-    helmOk(4, ['plugin', 'install', installed], env);
-    const out = helmOk(4, ['template', 'r', path.join(ROOT, 'test/charts/inference-zoo'), '--post-renderer', 'vram-preflight', '--show-only', 'templates/vllm-args.yaml'], env);
-    expect(out).toContain(`# vram-preflight ${PACKAGE_VERSION}`);
-  });
-
   it('the packed npm tarball installs offline into an empty prefix with an empty cache (the bundle needs no dependencies) and runs', () => {
     const packDir = tempDir('npm-pack');
     const packed = run('npm', ['pack', '--silent', '--pack-destination', packDir], { cwd: ROOT, env: { ...process.env } });
@@ -237,6 +226,7 @@ describe('packaged plugin', () => {
     expect(out.stdout).toContain(`# vram-preflight ${PACKAGE_VERSION}`);
     // Nothing but the package itself was installed.
     expect(readdirSync(path.join(prefix, 'node_modules')).filter((n) => !n.startsWith('.'))).toEqual(['vram-preflight']);
+
   });
 
   it('Helm 4 installs into $HELM_DATA_HOME/plugins even when HELM_PLUGINS points elsewhere (keep the two helms apart by HELM_DATA_HOME)', () => {
@@ -249,13 +239,35 @@ describe('packaged plugin', () => {
     expect(helmOk(4, ['plugin', 'list'], { ...env, HELM_PLUGINS: elsewhere })).not.toContain('vram-preflight');
   });
 
-  it('Helm 3 cannot load it, and one v1 plugin in its directory breaks all of its plugins', () => {
-    const env = helmEnv();
+  it('Helm 3 refuses the archive before it installs anything; the same plugin as a directory it links, cannot load, and then breaks all of its plugins', () => {
+    const env = withOtherPlugin();
+    const archive = helm(3, ['plugin', 'install', art.pluginTgz], env);
+    expect(archive.status).not.toBe(0);
+    expect(archive.stderr).toContain('expected plugin to be a folder');
+    expect(readdirSync(path.join(env.HELM_DATA_HOME, 'plugins'))).toEqual(['other']);
+
+    // The trap no folder we ship sets any more: a Helm 4 plugin directory given to Helm 3.
     const r = helm(3, ['plugin', 'install', art.pluginDir], env);
     expect(r.status).not.toBe(0);
     expect(r.stderr).toContain('unknown field "apiVersion"');
     const list = helm(3, ['plugin', 'list'], env);
     expect(list.status).not.toBe(0);
     expect(list.stderr).toContain('failed to load plugin');
+    expect(helm(3, ['plugin', 'uninstall', 'vram-preflight'], env).status).not.toBe(0);
+    // The way out docs/install.md gives: `helm env` still answers, and deleting the link (not its target) is enough.
+    const plugins = helmOk(3, ['env', 'HELM_PLUGINS'], env).trim();
+    expect(plugins).toBe(path.join(env.HELM_DATA_HOME, 'plugins'));
+    expect(run('sh', ['-c', 'rm "$(helm env HELM_PLUGINS)/vram-preflight"'], { env: { ...env, PATH: `${path.dirname(HELM[3])}:${env.PATH}` } }).status).toBe(0);
+    expect(helmOk(3, ['plugin', 'list'], env)).toMatch(/^other\s+1\.0\.0/m);
+    expect(readdirSync(art.pluginDir)).toContain('plugin.yaml');
   });
 });
+
+/** A Helm 3 data directory with another plugin in it, as a user's would be. */
+function withOtherPlugin(): ReturnType<typeof helmEnv> {
+  const env = helmEnv();
+  const other = path.join(env.HELM_DATA_HOME, 'plugins', 'other');
+  mkdirSync(other, { recursive: true });
+  writeFileSync(path.join(other, 'plugin.yaml'), 'name: other\nversion: 1.0.0\nusage: another plugin\ndescription: another plugin\ncommand: echo\n');
+  return env;
+}

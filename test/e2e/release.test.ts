@@ -46,8 +46,9 @@ let otherKeyring: string;
 let out1: string;
 let out2: string;
 let releaseStdout: string;
-/** The images scripts/build-image.sh built here, once, for every release run of this file (--images-from). */
+/** The images scripts/build-image.sh built here for the release runs of this file (--images-from); built twice, one build per release. */
 let imagesDir: string;
+let imagesAgainDir: string;
 let registry: Registry;
 /** Where the releases publish: the loopback registry and a path in it. */
 let prefix: string;
@@ -63,10 +64,10 @@ function fingerprintOf(uid: string): string {
   return fpr!.split(':')[9]!;
 }
 
-function release(outDir: string, extra: string[] = [], cwd = ROOT): Run {
+function release(outDir: string, extra: string[] = [], cwd = ROOT, images = imagesDir): Run {
   return run(
     process.execPath,
-    [path.join(cwd, 'scripts/release.mjs'), '--key', projectFpr, '--homedir', gnupg, '--passphrase-file', passFile, '--out', outDir, '--images-from', imagesDir, '--registry', prefix, '--helm', HELM[4], ...extra],
+    [path.join(cwd, 'scripts/release.mjs'), '--key', projectFpr, '--homedir', gnupg, '--passphrase-file', passFile, '--out', outDir, '--images-from', images, '--registry', prefix, '--helm', HELM[4], ...extra],
     { cwd, env: { ...process.env, SOURCE_DATE_EPOCH: '' } },
   );
 }
@@ -86,9 +87,17 @@ beforeAll(async () => {
   requireTools();
   // The images, built once (the release's own build of them is scripts/build-image.sh, which test/image covers), and the registry.
   imagesDir = tempDir('images');
-  const buildImage = (target: string, name: string) =>
-    execFileP('bash', [path.join(ROOT, 'scripts/build-image.sh'), target], { cwd: ROOT, env: { ...process.env, IMAGE_OUT: path.join(imagesDir, name) }, timeout: 180_000 });
-  [registry] = await Promise.all([startRegistry(tempDir('registry'), tempDir('registry-storage'), { kind: 'none' }), buildImage('webhook', WEBHOOK_IMAGE), buildImage('argocd-cmp', CMP_IMAGE)]);
+  imagesAgainDir = tempDir('images-again');
+  const buildImage = (target: string, name: string, dir: string) =>
+    execFileP('bash', [path.join(ROOT, 'scripts/build-image.sh'), target], { cwd: ROOT, env: { ...process.env, IMAGE_OUT: path.join(dir, name) }, timeout: 180_000 });
+  [registry] = await Promise.all([
+    startRegistry(tempDir('registry'), tempDir('registry-storage'), { kind: 'none' }),
+    buildImage('webhook', WEBHOOK_IMAGE, imagesDir),
+    buildImage('argocd-cmp', CMP_IMAGE, imagesDir),
+    // A second build of both images, for the second release: two releases of one commit are two builds.
+    buildImage('webhook', WEBHOOK_IMAGE, imagesAgainDir),
+    buildImage('argocd-cmp', CMP_IMAGE, imagesAgainDir),
+  ]);
   prefix = `${registry.host}/vram-preflight`;
   gnupg = tempDir('gnupg');
   chmodSync(gnupg, 0o700);
@@ -109,7 +118,7 @@ beforeAll(async () => {
   const r = release(out1, ['--allow-dirty', '--push', '--plain-http']);
   expect(r.status, r.stderr).toBe(0);
   releaseStdout = r.stdout;
-  const again = release(out2, ['--allow-dirty']);
+  const again = release(out2, ['--allow-dirty'], ROOT, imagesAgainDir);
   expect(again.status, again.stderr).toBe(0);
   projectKeyring = path.join(out1, KEY_FILE);
 }, 300_000);
@@ -136,7 +145,7 @@ describe('npm run release', () => {
     expect(gpg(['--with-colons', '--show-keys', projectKeyring])).toContain(`fpr:::::::::${projectFpr}:`);
   });
 
-  it('same commit, same bytes: a second run gives identical files, the signed .prov included', () => {
+  it('same commit, same bytes: a second run, with its own build of the images, gives identical files (the signed .prov, the image archives and SHA256SUMS included)', () => {
     for (const name of readdirSync(out1)) {
       expect(readFileSync(path.join(out2, name)).equals(readFileSync(path.join(out1, name))), name).toBe(true);
     }
@@ -192,7 +201,7 @@ describe('npm run release', () => {
     // [file, what the line contains, why it may name another version]
     const ALLOWED: Array<[string, RegExp, string]> = [
       ['README.md', /\(0\.2\.0:/, 'benchmark comparison with the previous release'],
-      ['docs/benchmarks.md', /0\.2\.0/, 'measurements compare with 0.2.0 as released'],
+      ['docs/benchmarks.md', /0\.[23]\.0/, 'measurements compare with 0.2.0 and 0.3.0 as released'],
       ['docs/gpu-results.md', /0\.2\.0/, 'dated records of GPU runs, comparing with 0.2.0'],
       ['docs/argocd.md', /^version: 0\.1\.0$/, "a user's own chart version in an example Chart.yaml"],
       ['docs/detection.md', /`0\.14\.1rc1` < `0\.14\.1` < `0\.14\.1\.1`/, "how vLLM's Python versions order"],
@@ -200,6 +209,7 @@ describe('npm run release', () => {
       ['*', /\(since 0\.\d+\.\d+\)/, 'history: when something was introduced'],
       ['docs/gpu-results.md', /[Tt]he 0\.3\.0 script/, 'dated GPU runs of the 0.3.0 preflight script'],
       ['docs/webhook.md', /A 0\.3\.0 install/, 'taking over what a 0.3.0 install left in the cluster'],
+      ['docs/webhook.md', /From 0\.3\.0 to|\(0\.3\.0 had no|\*\*From 0\.3\.0\*\*|0\.3\.0 named|0\.3\.0's|release of 0\.3\.0|a 0\.3\.0 release upgraded/, 'upgrading a 0.3.0 release: what changed since, and how to keep its names'],
       ['deploy/webhook/templates/webhook.yaml', /0\.3\.0 kept only/, 'taking over what a 0.3.0 install left in the cluster'],
     ];
     const files = [
@@ -290,12 +300,12 @@ describe('npm run release', () => {
     expect(ourSums!.trim()).toBe(`files:\n  ${ARCHIVE}: sha256:${sha256(path.join(out1, ARCHIVE))}`);
   });
 
-  it('the npm package (npm pack) holds the bundle, the Node.js check, plugin.yaml, the schemas, CHANGELOG, README and docs', () => {
+  it('the npm package (npm pack) holds the bundle, the Node.js check, the schemas, CHANGELOG, README and docs (no plugin.yaml: it is no plugin directory)', () => {
     const entries = tarEntries(path.join(out1, NPM_TGZ)).filter((e) => e.type === '0');
     const names = entries.map((e) => e.name.replace(/^package\//, '')).sort();
     const docs = (readdirSync(path.join(ROOT, 'docs'), { recursive: true }) as string[]).map((d) => `docs/${d}`).filter((d) => statSync(path.join(ROOT, d)).isFile());
     expect(names).toEqual(
-      ['README.md', 'bin/node-version-guard.cjs', 'dist/vram-preflight.app.js', 'dist/vram-preflight.cjs', 'dist/vram-preflight.webhook.cjs', 'dist/vram-preflight.audit.cjs', 'package.json', 'plugin.yaml', 'src/audit.schema.json', 'src/config.schema.json', 'src/report.schema.json', 'src/verify.schema.json', 'CHANGELOG.md', ...docs].sort(),
+      ['README.md', 'bin/node-version-guard.cjs', 'dist/vram-preflight.app.js', 'dist/vram-preflight.cjs', 'dist/vram-preflight.webhook.cjs', 'dist/vram-preflight.audit.cjs', 'package.json', 'src/audit.schema.json', 'src/config.schema.json', 'src/report.schema.json', 'src/verify.schema.json', 'CHANGELOG.md', ...docs].sort(),
     );
     const pluginBundle = tarEntries(path.join(out1, ARCHIVE)).find((e) => e.name === 'vram-preflight/dist/vram-preflight.cjs')!;
     const npmBundle = entries.find((e) => e.name === 'package/dist/vram-preflight.cjs')!;
@@ -307,12 +317,25 @@ describe('npm run release', () => {
     expect(entries.find((e) => e.name === 'package/dist/vram-preflight.webhook.cjs')!.data.equals(pluginWebhook.data)).toBe(true);
   });
 
-  it('the unpacked npm package is a Helm 4 plugin directory (what `helm plugin install "$(npm root -g)/vram-preflight"` sees)', () => {
+  it('the unpacked npm package is no plugin directory for either helm: both refuse it before installing anything (Helm 3 would have linked it and broken every plugin)', () => {
     const dir = tempDir('npm-unpacked');
     runOk('tar', ['-xzf', path.join(out1, NPM_TGZ), '-C', dir]);
-    const env = helmEnv();
-    expect(helmOk(4, ['plugin', 'install', path.join(dir, 'package')], env)).toContain('Installed plugin: vram-preflight');
-    expect(wrappedCount(helmOk(4, ['template', 'zoo', CHART, '--post-renderer', 'vram-preflight'], env))).toBe(4);
+    // What `npm install -g` puts in $(npm root -g)/vram-preflight: no folder of it holds a plugin.yaml.
+    const pkg = path.join(dir, 'package');
+    const folders = [pkg, ...(readdirSync(pkg, { recursive: true }) as string[]).map((d) => path.join(pkg, d)).filter((d) => statSync(d).isDirectory())];
+    expect(folders.length).toBeGreaterThan(3);
+    expect(folders.filter((d) => readdirSync(d).includes('plugin.yaml'))).toEqual([]);
+    for (const major of [3, 4] as const) {
+      const env = helmEnv();
+      // Another plugin, as a user's Helm has: it must still be listed afterwards.
+      mkdirSync(path.join(env.HELM_DATA_HOME, 'plugins', 'other'), { recursive: true });
+      writeFileSync(path.join(env.HELM_DATA_HOME, 'plugins', 'other', 'plugin.yaml'), 'name: other\nversion: 1.0.0\nusage: another plugin\ndescription: another plugin\ncommand: echo\n');
+      const r = helm(major, ['plugin', 'install', pkg], env);
+      expect(r.status, `helm ${major}`).not.toBe(0);
+      expect(r.stderr, `helm ${major}`).toContain('plugin.yaml');
+      expect(readdirSync(path.join(env.HELM_DATA_HOME, 'plugins')), `helm ${major}`).toEqual(['other']);
+      expect(helmOk(major, ['plugin', 'list'], env), `helm ${major}`).toMatch(/^other\s+1\.0\.0/m);
+    }
   });
 
   it('the Argo CD build context is deploy/argocd/ as committed plus the same bundle in dist/', () => {
@@ -425,11 +448,17 @@ describe('the webhook chart and images, from the OCI registry', () => {
     expect(readFileSync(path.join(out1, IMAGES_TXT), 'utf8')).toBe(
       `${prefix}/vram-preflight-webhook:${V}@${digestOf(WEBHOOK_IMAGE)}\n${prefix}/vram-preflight-cmp:${V}@${digestOf(CMP_IMAGE)}\n`,
     );
-    // Everything else of the chart is deploy/webhook as committed (less what .helmignore leaves out).
+    // Everything else of the chart is deploy/webhook as committed (less what .helmignore leaves out), but where it names the registry.
     const chart = tarEntries(path.join(out1, CHART_TGZ)).filter((e) => e.type === '0');
-    // (helm package writes Chart.yaml anew from what it read: the same values.)
-    expect(parseYaml(chart.find((e) => e.name === 'vram-preflight-webhook/Chart.yaml')!.data.toString('utf8'))).toEqual(parseYaml(readFileSync(path.join(ROOT, 'deploy/webhook/Chart.yaml'), 'utf8')));
-    for (const e of chart.filter((f) => !f.name.endsWith('/values.yaml') && !f.name.endsWith('/Chart.yaml'))) {
+    // (helm package writes Chart.yaml anew from what it read: the same values, and the registry the release publishes to.)
+    const committed = parseYaml(readFileSync(path.join(ROOT, 'deploy/webhook/Chart.yaml'), 'utf8')) as { annotations: Record<string, string> };
+    expect(parseYaml(chart.find((e) => e.name === 'vram-preflight-webhook/Chart.yaml')!.data.toString('utf8'))).toEqual({ ...committed, annotations: { ...committed.annotations, 'vram-preflight.io/chart': chartRef() } });
+    // The README names that registry, at the chart's version, and its values table the pinned image.
+    const readme = chart.find((e) => e.name === 'vram-preflight-webhook/README.md')!.data.toString('utf8');
+    expect(readme).toContain(`helm install vram-preflight ${chartRef()} --version ${V} \\\n  --verify --keyring ${KEY_FILE}`);
+    expect(readme).toContain(`| \`image.digest\` | string | \`"${digestOf(WEBHOOK_IMAGE)}"\` |`);
+    expect(readme).not.toContain('ghcr.io');
+    for (const e of chart.filter((f) => !/\/(values\.yaml|Chart\.yaml|README\.md)$/.test(f.name))) {
       expect(e.data.equals(readFileSync(path.join(ROOT, 'deploy/webhook', e.name.replace(/^vram-preflight-webhook\//, '')))), e.name).toBe(true);
     }
     expect(chart.map((e) => e.name)).not.toContain('vram-preflight-webhook/Containerfile');
@@ -461,6 +490,12 @@ describe('the webhook chart and images, from the OCI registry', () => {
     expect(installed).toContain('installed as vram-preflight-webhook in the namespace vram-preflight');
     const templated = helmOk(3, ['template', 'vram-preflight', chartRef(), '--version', V, '--plain-http', '--verify', '--keyring', projectKeyring], helmEnv());
     expect(templated).toContain(`image: "${image}"`);
+    // The README's install line (helm 3's install needs a cluster even with --dry-run=client: its template above took the same
+    // flags); the notes name the registry the release was made for.
+    const notes = helmOk(4, ['install', 'vram-preflight', chartRef(), '--version', V, '--verify', '--keyring', projectKeyring, '--namespace', 'vram-preflight', '--create-namespace', '--plain-http', '--dry-run=client'], helmEnv());
+    expect(notes).toContain(`(chart ${chartRef()} --version ${V})`);
+    expect(notes).toContain(`helm upgrade vram-preflight ${chartRef()} --version ${V}`);
+    expect(notes).not.toContain('ghcr.io');
     expect(helmOk(3, ['show', 'readme', chartRef(), '--version', V, '--plain-http'], helmEnv())).toMatch(/^# vram-preflight-webhook\n/);
   });
 

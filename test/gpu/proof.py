@@ -251,7 +251,7 @@ def cold(shell, n):
 
 
 
-# ---- faults: a slow nvidia-smi, SIGTERM during a query (issue 12) ----
+# ---- faults: a slow nvidia-smi, SIGTERM during a query (docs/restart-race.md §8) ----
 
 def script_text(path, tag):
     """A fault script with its termination message redirected into WORK."""
@@ -438,7 +438,7 @@ def sigterm_verdict(r):
     return ok
 
 
-# ---- two GPUs (issue 9 section 5): a container that sees both, one held ----
+# ---- two GPUs (docs/gpu-results.md, Faults on the GPU): a container that sees both, one held ----
 
 def gpu_uuids():
     out = subprocess.run([os.environ["NVSMI_REAL"], "--query-gpu=index,uuid", "--format=csv,noheader"],
@@ -520,7 +520,7 @@ def two_gpu():
     th.join(timeout=60)
     return res
 
-# ---- threshold (issue 26): the wait ends exactly when vLLM's own check will pass ----
+# ---- threshold (docs/restart-race.md, The threshold: vLLM's own rule): the wait ends exactly when vLLM's own check will pass ----
 
 def script_settings(text):
     """util, headroom and the one-GPU context estimate written into a script."""

@@ -88,10 +88,11 @@ describe('the webhook image', () => {
     rootfs = await unpack(archives.webhook, 'vram-preflight-webhook');
   }, 120_000);
 
-  it('is the same image when built twice from the same inputs', async () => {
+  it('is the same image, in the same archive bytes, when built twice from the same inputs', async () => {
     const [first, second] = await Promise.all([digest(archives.webhook), digest(archives.webhookAgain)]);
     expect(first).toMatch(/^sha256:[0-9a-f]{64}$/);
     expect(second).toBe(first);
+    expect(readFileSync(archives.webhookAgain).equals(readFileSync(archives.webhook))).toBe(true);
   });
 
   it('keeps its digest in the registry', async () => {

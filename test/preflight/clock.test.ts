@@ -7,7 +7,7 @@
  */
 import { spawnSync } from 'node:child_process';
 import { describe, expect, it } from 'vitest';
-import { CLOCK_AWK } from '../../src/core/preflight.js';
+import { CLOCK_AWK } from '../../src/core/preflight/script.js';
 import { BUSYBOX } from './harness.js';
 
 const AWKS: [string, string[]][] = [

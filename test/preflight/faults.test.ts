@@ -1,5 +1,5 @@
 /**
- * The preflight under the faults a GPU node produces (issue 12), under dash, busybox sh and
+ * The preflight under the faults a GPU node produces (docs/restart-race.md §8), under dash, busybox sh and
  * bash, mostly as PID 1 of a new PID namespace (unshare --pid --fork --kill-child), with fake
  * nvidia-smi variants: hung, hung and deaf to SIGTERM, slow, failing after K calls, fewer GPUs
  * after K calls, a partial row. After every fault: nothing of the run is left running
@@ -18,7 +18,7 @@ import {
   EXIT_START_NOT_EXECUTABLE,
   EXIT_START_NOT_FOUND,
   EXIT_TIMEOUT,
-} from '../../src/core/preflight.js';
+} from '../../src/core/preflight/script.js';
 import {
   CUDA_TOTAL,
   IS_ROOT,
@@ -138,7 +138,7 @@ describe.each(SHELLS)('faults under $name', (shell) => {
       await nothingLeft(r);
     });
 
-    // issue 27, the preflight's leftovers: what nvidia-smi starts and leaves behind is no longer its
+    // The preflight's leftovers (docs/restart-race.md §8, the wrapper whose child hangs): what nvidia-smi starts and leaves behind is no longer its
     // descendant; it carries the run's mark, by which the script finds and ends it.
     it.each([
       ['a copy that escaped while nvidia-smi hangs', 'escaped', 'fail', false],
@@ -487,9 +487,9 @@ describe.each(SHELLS)('utilization from the start\'s arguments under $name', (sh
     expect(r.lines[0]).toContain(` for vLLM: ${shown} x ${CUDA_TOTAL} MiB CUDA total`);
   });
 
-  // issue 26: a variable the start's shell script expands into vLLM's command line (KServe's
-  // ${VLLM_ADDITIONAL_ARGS}), read at run time from the same variable.
-  const fromVariables = { utilization: { words: [{ variable: 'VLLM_ADDITIONAL_ARGS' }], fallback: 0.9 } };
+  // A variable the start's shell script expands into vLLM's command line (KServe's
+  // ${VLLM_ADDITIONAL_ARGS}), read at run time from the same variable (docs/detection.md §7).
+  const fromVariables = { utilization: { words: [{ variable: 'VLLM_ADDITIONAL_ARGS' }], fallback: '0.9' } };
   it.concurrent.each([
     ['--gpu-memory-utilization 0.95', '0.95'],
     ['--max-model-len 8192 --gpu_memory_utilization=0.5 --enable-dbo', '0.5'],
@@ -515,7 +515,7 @@ describe.each(SHELLS)('utilization from the start\'s arguments under $name', (sh
   });
 
   it('--gpu-memory-utilization $U: the value is the variable\'s at run time; unset, exit 78', async () => {
-    const settings = { utilization: { words: [{ literal: '--gpu-memory-utilization' }, { variable: 'U' }], fallback: 0.9 } };
+    const settings = { utilization: { words: [{ literal: '--gpu-memory-utilization' }, { variable: 'U' }], fallback: '0.9' } };
     const set = await run(shell, { settings, readings: [{ out: gpuLine(0, 143156) }], env: { U: '0.7' } });
     execed(set);
     expect(set.lines[0]).toContain(` for vLLM: 0.7 x ${CUDA_TOTAL} MiB CUDA total`);

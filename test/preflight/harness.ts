@@ -6,7 +6,8 @@ import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
 import { chmodSync, existsSync, mkdtempSync, readFileSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { renderPreflightScript, type PreflightSettings } from '../../src/core/preflight.js';
+import type { PreflightSettings } from '../../src/core/preflight/settings.js';
+import { renderPreflightScript } from '../../src/core/preflight/script.js';
 
 function which(cmd: string): string {
   const r = spawnSync('sh', ['-c', `command -v ${cmd}`], { encoding: 'utf8' });
@@ -100,7 +101,7 @@ export function gpuLine(
 
 export const DEFAULTS: PreflightSettings = {
   version: '0.1.0',
-  utilization: 0.9,
+  utilization: '0.9',
   headroomMiB: 0,
   timeoutSeconds: 30,
   pollIntervalSeconds: 0.05,

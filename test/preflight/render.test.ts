@@ -7,12 +7,11 @@ import { spawnSync } from 'node:child_process';
 import fc from 'fast-check';
 import {
   PREFLIGHT_LIMITS,
-  PREFLIGHT_MARKER_PREFIX,
   checkPreflightOptions,
-  renderPreflightScript,
   roundUtilizationUp,
   type PreflightSettings,
-} from '../../src/core/preflight.js';
+} from '../../src/core/preflight/settings.js';
+import { PREFLIGHT_MARKER_PREFIX, renderPreflightScript } from '../../src/core/preflight/script.js';
 import { PreflightError } from '../../src/core/errors.js';
 import { BUSYBOX, DEFAULTS, SHELLCHECK, judgeProgram } from './harness.js';
 
@@ -20,12 +19,12 @@ const base: PreflightSettings = { ...DEFAULTS, terminationMessagePath: '/dev/ter
 
 const variants: PreflightSettings[] = [
   base,
-  { ...base, utilization: 1, headroomMiB: 0, onNvidiaSmiUnavailable: 'fail' },
-  { ...base, utilization: 0.05, headroomMiB: 1024, pollIntervalSeconds: 0.25, timeoutSeconds: 900 },
-  { ...base, utilization: 0.123456, pollIntervalSeconds: 2, logIntervalSeconds: 60, version: '1.2.3-rc.1+build.5' },
+  { ...base, utilization: '1', headroomMiB: 0, onNvidiaSmiUnavailable: 'fail' },
+  { ...base, utilization: '0.05', headroomMiB: 1024, pollIntervalSeconds: 0.25, timeoutSeconds: 900 },
+  { ...base, utilization: '0.123456', pollIntervalSeconds: 2, logIntervalSeconds: 60, version: '1.2.3-rc.1+build.5' },
   { ...base, terminationMessagePath: '/tmp/x/termination_log-1.txt' },
   { ...base, utilization: 'from-args', nvidiaSmiTimeoutSeconds: 30 },
-  { ...base, utilization: { words: [{ variable: 'VLLM_ADDITIONAL_ARGS' }], fallback: 0.9 }, contextMiB: 1024 },
+  { ...base, utilization: { words: [{ variable: 'VLLM_ADDITIONAL_ARGS' }], fallback: '0.9' }, contextMiB: 1024 },
 ];
 
 /**
@@ -64,7 +63,7 @@ function kubeExpand(s: string, env: Record<string, string>): string {
 
 const settingsArb: fc.Arbitrary<PreflightSettings> = fc.record({
   version: fc.stringMatching(/^[0-9A-Za-z][0-9A-Za-z.+-]{0,20}$/),
-  utilization: fc.integer({ min: 1, max: 1_000_000 }).map((n) => n / 1_000_000),
+  utilization: fc.integer({ min: 1, max: 1_000_000 }).map((n) => (n / 1_000_000).toFixed(6)),
   headroomMiB: fc.integer({ min: 0, max: PREFLIGHT_LIMITS.headroomMiBMax }),
   timeoutSeconds: fc.integer({ min: 1, max: PREFLIGHT_LIMITS.timeoutSecondsMax }),
   pollIntervalSeconds: fc.integer({ min: 10, max: 3_600_000 }).map((n) => n / 1000),
@@ -83,13 +82,13 @@ describe('renderPreflightScript text', () => {
   });
 
   it('run-time words: variables by name, the flag as the one literal; anything else refused', () => {
-    const script = renderPreflightScript({ ...base, utilization: { words: [{ literal: '--gpu-memory-utilization' }, { variable: 'U' }, { variable: 'VLLM_ADDITIONAL_ARGS' }], fallback: 0.85 } });
+    const script = renderPreflightScript({ ...base, utilization: { words: [{ literal: '--gpu-memory-utilization' }, { variable: 'U' }, { variable: 'VLLM_ADDITIONAL_ARGS' }], fallback: '0.85' } });
     expect(script).toContain("for a in '--gpu-memory-utilization' $U $VLLM_ADDITIONAL_ARGS; do\n");
     expect(script).toContain('u_raw=0.85 u_seen=1');
     for (const words of [[{ variable: 'A B' }], [{ variable: '1X' }], [{ variable: 'X;rm' }], [{ literal: "'; rm -rf /; '" }], [{ literal: '$(id)' }], []]) {
-      expect(() => renderPreflightScript({ ...base, utilization: { words, fallback: 0.9 } as never })).toThrow(PreflightError);
+      expect(() => renderPreflightScript({ ...base, utilization: { words, fallback: '0.9' } as never })).toThrow(PreflightError);
     }
-    expect(() => renderPreflightScript({ ...base, utilization: { words: [{ variable: 'U' }], fallback: 1.5 } })).toThrow(PreflightError);
+    expect(() => renderPreflightScript({ ...base, utilization: { words: [{ variable: 'U' }], fallback: '1.5' } })).toThrow(PreflightError);
   });
 
   it('writes the settings into one readable line', () => {
@@ -170,13 +169,17 @@ describe('renderPreflightScript text', () => {
 
 describe('renderPreflightScript validation', () => {
   const bad: Array<[keyof PreflightSettings, unknown]> = [
-    ['utilization', NaN],
-    ['utilization', 0],
-    ['utilization', -0.5],
-    ['utilization', 1.0000001],
-    ['utilization', 1.5],
-    ['utilization', Infinity],
-    ['utilization', '0.9'],
+    ['utilization', 'nan'],
+    ['utilization', '0'],
+    ['utilization', '-0.5'],
+    ['utilization', '1.0000001'],
+    ['utilization', '1.00000000000000001'],
+    ['utilization', '1.5'],
+    ['utilization', 'inf'],
+    ['utilization', '1e-324'],
+    ['utilization', '0.9 x'],
+    ['utilization', ''],
+    ['utilization', 0.9],
     ['utilization', 'from-arg'],
     ['nvidiaSmiTimeoutSeconds', 0],
     ['nvidiaSmiTimeoutSeconds', 1.5],
@@ -220,7 +223,7 @@ describe('renderPreflightScript validation', () => {
   });
 
   it.each([
-    ['utilization', 2, 'BAD_UTILIZATION'],
+    ['utilization', '2', 'BAD_UTILIZATION'],
     ['terminationMessagePath', 'x', 'BAD_CONTAINER'],
     ['pollIntervalSeconds', 0.0001, 'BAD_OPTION'],
   ] as const)('throws a PreflightError (%s -> %s) that callers report per container', (key, value, code) => {
@@ -236,13 +239,22 @@ describe('renderPreflightScript validation', () => {
   });
 
   it('rounds the utilization UP to 6 decimals, so any number of decimals works', () => {
-    expect(renderPreflightScript({ ...base, utilization: 0.1234567 })).toMatch(/^util=0\.123457 /m);
-    expect(renderPreflightScript({ ...base, utilization: 0.1234561 })).toMatch(/^util=0\.123457 /m);
-    expect(renderPreflightScript({ ...base, utilization: 0.123456 })).toMatch(/^util=0\.123456 /m);
-    expect(renderPreflightScript({ ...base, utilization: 1e-7 })).toMatch(/^util=0\.000001 /m);
-    expect(renderPreflightScript({ ...base, utilization: 0.9999999 })).toMatch(/^util=1 /m);
-    expect(renderPreflightScript({ ...base, utilization: 0.9 })).toMatch(/^util=0\.9 /m);
+    expect(renderPreflightScript({ ...base, utilization: '0.1234567' })).toMatch(/^util=0\.123457 /m);
+    expect(renderPreflightScript({ ...base, utilization: '0.1234561' })).toMatch(/^util=0\.123457 /m);
+    expect(renderPreflightScript({ ...base, utilization: '0.123456' })).toMatch(/^util=0\.123456 /m);
+    expect(renderPreflightScript({ ...base, utilization: '1e-7' })).toMatch(/^util=0\.000001 /m);
+    expect(renderPreflightScript({ ...base, utilization: '0.9999999' })).toMatch(/^util=1 /m);
+    expect(renderPreflightScript({ ...base, utilization: '0.9' })).toMatch(/^util=0\.9 /m);
     expect(renderPreflightScript({ ...base, utilization: 'from-args' })).toMatch(/^util=from-args /m);
+  });
+
+  it('rounds the text as written, on its digits, never a binary float of it (as the script does with a value read at run time)', () => {
+    // 0.95000000000000001 is the double 0.95 (0.9499999999999999556...): rounded from that, 0.95.
+    expect(renderPreflightScript({ ...base, utilization: '0.95000000000000001' })).toMatch(/^util=0\.950001 /m);
+    expect(renderPreflightScript({ ...base, utilization: '0.1000000000000000055511151231257827' })).toMatch(/^util=0\.100001 /m);
+    expect(renderPreflightScript({ ...base, utilization: '9.5e-1' })).toMatch(/^util=0\.95 /m);
+    expect(renderPreflightScript({ ...base, utilization: ' 0.9_5\n' })).toMatch(/^util=0\.95 /m);
+    expect(renderPreflightScript({ ...base, utilization: { words: [{ variable: 'U' }], fallback: '0.90000000000000002' } })).toMatch(/^u_raw=0\.900001 /m);
   });
 
   it('checkPreflightOptions throws what renderPreflightScript would, for the options alone', () => {
@@ -276,8 +288,8 @@ describe('renderPreflightScript validation', () => {
   });
 
   it('accepts the edges', () => {
-    expect(() => renderPreflightScript({ ...base, utilization: 1 })).not.toThrow();
-    expect(() => renderPreflightScript({ ...base, utilization: 0.000001 })).not.toThrow();
+    expect(() => renderPreflightScript({ ...base, utilization: '1' })).not.toThrow();
+    expect(() => renderPreflightScript({ ...base, utilization: '0.000001' })).not.toThrow();
     expect(() => renderPreflightScript({ ...base, headroomMiB: 0 })).not.toThrow();
     expect(() => renderPreflightScript({ ...base, pollIntervalSeconds: 0.01 })).not.toThrow();
     expect(() => renderPreflightScript({ ...base, timeoutSeconds: 1 })).not.toThrow();

@@ -5,15 +5,15 @@
 import { afterAll, describe, expect, it } from 'vitest';
 import { existsSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
+import { CONTEXT_MIB_AUTO } from '../../src/core/preflight/settings.js';
 import {
-  CONTEXT_MIB_AUTO,
   EXIT_BAD_UTILIZATION,
   EXIT_NO_COMMAND,
   EXIT_NVIDIA_SMI_UNAVAILABLE,
   EXIT_SIGINT,
   EXIT_SIGTERM,
   EXIT_TIMEOUT,
-} from '../../src/core/preflight.js';
+} from '../../src/core/preflight/script.js';
 import {
   CUDA_TOTAL,
   HOW_09,
@@ -57,7 +57,7 @@ const MIG_FIXTURES = join(import.meta.dirname, '../../fixtures/nvidia-smi/mig');
 const migReading = (name: string) => readFileSync(join(MIG_FIXTURES, name), 'utf8');
 
 describe.each(SHELLS)('preflight under $name', (shell) => {
-  // issue 26: the need is vLLM's own rule, request_memory() in vllm/v1/worker/utils.py
+  // The need is vLLM's own rule (docs/restart-race.md, The threshold: vLLM's own rule), request_memory() in vllm/v1/worker/utils.py
   describe.concurrent("vLLM's own rule", () => {
     it('asks ceil((total - reserved) x u) for vLLM plus its CUDA context: free = need - 1 waits, free = need starts', async () => {
       expect(NEED_09).toBe(Math.ceil(CUDA_TOTAL * 0.9) + CONTEXT_MIB_AUTO.oneGpu);
@@ -75,7 +75,7 @@ describe.each(SHELLS)('preflight under $name', (shell) => {
       ['0.85', 121682 + 768],
       ['0.95', 135998 + 768],
     ])('u = %s: waits for %i MiB, not less', async (u, need) => {
-      const r = await run(shell, { settings: { utilization: Number(u) }, readings: [{ out: gpuLine(0, Math.ceil(TOTAL * Number(u))) }, { out: gpuLine(0, need) }] });
+      const r = await run(shell, { settings: { utilization: u }, readings: [{ out: gpuLine(0, Math.ceil(TOTAL * Number(u))) }, { out: gpuLine(0, need) }] });
       expectExeced(r);
       expect(r.queries).toHaveLength(2);
       expect(r.lines[0]).toContain(`needs ${need} MiB (${need - 768} for vLLM: ${u} x ${CUDA_TOTAL} MiB CUDA total`);
@@ -122,7 +122,7 @@ describe.each(SHELLS)('preflight under $name', (shell) => {
     });
 
     it.each(['warn', 'fail'] as const)('u = 1 (%s mode): exits 78 at once, saying vLLM\'s check can never pass, and how far to lower it', async (mode) => {
-      const r = await run(shell, { settings: { utilization: 1, onNvidiaSmiUnavailable: mode, timeoutSeconds: 300 }, readings: [{ out: gpuLine(0, 143156) }] });
+      const r = await run(shell, { settings: { utilization: '1', onNvidiaSmiUnavailable: mode, timeoutSeconds: 300 }, readings: [{ out: gpuLine(0, 143156) }] });
       expect(r.code).toBe(EXIT_BAD_UTILIZATION);
       expectNotExeced(r);
       expect(r.queries).toHaveLength(1);
@@ -139,7 +139,7 @@ describe.each(SHELLS)('preflight under $name', (shell) => {
       const total = 23034;
       const ct = total - 400;
       const row = (free: number) => gpuLine(0, free, total, undefined, { reserved: '400' });
-      const r = await run(shell, { settings: { utilization: 0.99 }, readings: [{ out: row(ct - 65) }, { out: row(ct - 64) }] });
+      const r = await run(shell, { settings: { utilization: '0.99' }, readings: [{ out: row(ct - 65) }, { out: row(ct - 64) }] });
       expectExeced(r);
       expect(r.queries).toHaveLength(2);
       expect(r.lines[0]).toContain(`GPU 0 has ${ct - 65} MiB free, needs ${ct - 64} MiB (the CUDA total less 64 MiB an idle GPU may use, as ${Math.ceil(ct * 0.99)} for vLLM: 0.99 x ${ct} MiB CUDA total`);
@@ -152,13 +152,13 @@ describe.each(SHELLS)('preflight under $name', (shell) => {
       // The need, 0.97 x 23034 + 768 = 23111, is over 23033; cut to ct - 1 it could never be met on this idle GPU.
       const total = 23034;
       const idleFree = total - 400;
-      const r = await run(shell, { settings: { utilization: 0.97 }, readings: [{ out: gpuLine(0, idleFree, total, undefined, { reserved: '[N/A]' }) }] });
+      const r = await run(shell, { settings: { utilization: '0.97' }, readings: [{ out: gpuLine(0, idleFree, total, undefined, { reserved: '[N/A]' }) }] });
       expectExeced(r);
       expect(r.queries.filter((q) => q.includes('memory.free'))).toHaveLength(1);
     });
   });
 
-  // issue 26: MIG. nvidia-smi --query-gpu reads the whole GPU (or nothing), never the instance.
+  // MIG (docs/restart-race.md, MIG): nvidia-smi --query-gpu reads the whole GPU (or nothing), never the instance.
   describe.concurrent('MIG', () => {
     it.each([
       ['insufficient-permissions.csv', 6],

@@ -4,9 +4,13 @@
  * an image the table does not place (vllm-openai v0.12.0, in the releases
  * where its ENTRYPOINT changed) is refused offline, wrapped once the registry
  * answers, wrapped from the cache when the registry is gone, and pinned for
- * air-gapped CI by `resolve`.
+ * air-gapped CI by `resolve`. The registry is on loopback: a render may ask it
+ * only once it is allowed (--registry-insecure here, for plain HTTP), and says
+ * so when it is not; `resolve` asks the registry of an image typed on its
+ * command line wherever it is.
  */
 import { mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
+import net from 'node:net';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { parse } from 'yaml';
@@ -46,6 +50,9 @@ function cli(args: string[], input: string, cache: string) {
   return run(process.execPath, [bundle, ...args], { input, env: env(cache) });
 }
 
+/** A render allowed to ask the loopback registry (plain HTTP): --registry-insecure names it. */
+const allowed = (args: string[] = []): string[] => [`--registry-insecure=${registry.host}`, ...args];
+
 beforeAll(async () => {
   bundle = path.join(root, 'dist/vram-preflight.cjs');
   runOk(process.execPath, [path.resolve(import.meta.dirname, '../../scripts/build.mjs'), '--outfile', bundle]);
@@ -76,6 +83,29 @@ describe('registry lookup through the CLI', () => {
     expect(r.stderr).toContain(`\`vram-preflight resolve ${image}\` prints this entry from the registry`);
   });
 
+  it('refuses to ask a registry no one allowed (here: on loopback), naming the flag that allows it; nothing connects there', async () => {
+    // A listener where a registry could be, counting who connects.
+    let connections = 0;
+    const listener = net.createServer((socket) => {
+      connections++;
+      socket.destroy();
+    });
+    await new Promise<void>((resolve) => listener.listen(0, '127.0.0.1', resolve));
+    const there = `127.0.0.1:${(listener.address() as net.AddressInfo).port}`;
+    const r = cli([], manifest(`${there}/vllm/vllm-openai:v0.12.0`), cache);
+    await new Promise<void>((resolve) => listener.close(() => resolve()));
+    expect(connections).toBe(0);
+    expect(r.status).toBe(1);
+    expect(r.stdout).toBe('');
+    expect(r.stderr).toContain(`lookup failed: its registry ${there} is not one the lookups are allowed to reach`);
+    expect(r.stderr).toContain(`--registry-allow ${there} (registryAllow in the config file) allows it; a registry over plain HTTP (a local one) goes in --registry-insecure ${there} instead`);
+    expect(r.stderr).toContain('its registry is not one lookups may ask (registryAllow in the config would let it)');
+    // Allowed by name, but not as plain HTTP: the lookup is tried over HTTPS only, and fails.
+    const https = cli([`--registry-allow=${registry.host}`], manifest(image), cache);
+    expect(https.status).toBe(1);
+    expect(https.stderr).not.toContain('is not one the lookups are allowed to reach');
+  });
+
   it('resolve of an image the registry does not have: the failure and a fix for it', () => {
     const r = cli(['resolve', `${registry.host}/vllm/vllm-openai:v9.9.9`], '', cache);
     expect(r.status).toBe(1);
@@ -84,16 +114,16 @@ describe('registry lookup through the CLI', () => {
   });
 
   it('wraps it with the ENTRYPOINT the registry holds for linux/amd64, and explain names the digest', () => {
-    const r = cli([], manifest(image), cache);
+    const r = cli(allowed(), manifest(image), cache);
     expect(r.status, r.stderr).toBe(0);
     const container = parse(r.stdout).spec.template.spec.containers[0];
     expect(container.command).toEqual(['/bin/sh', '-ec']);
     expect(container.args.slice(1)).toEqual(['--', ...API_SERVER, '--model', 'Qwen/Qwen3-8B', '--gpu-memory-utilization', '0.9']);
-    const report = JSON.parse(cli(['explain', '--output', 'json'], manifest(image), cache).stdout);
+    const report = JSON.parse(cli(['explain', '--output', 'json', ...allowed()], manifest(image), cache).stdout);
     expect(report.containers[0].action).toBe('wrap');
     expect(report.containers[0].start.source).toBe('registry');
     expect(report.containers[0].start.digest).toMatch(/^sha256:[0-9a-f]{64}$/);
-    const arm = cli(['--registry-platform=linux/arm64'], manifest(image), cache);
+    const arm = cli(allowed(['--registry-platform=linux/arm64']), manifest(image), cache);
     expect(parse(arm.stdout).spec.template.spec.containers[0].args.slice(2, 4)).toEqual(['vllm', 'serve']);
   });
 
@@ -104,13 +134,13 @@ describe('registry lookup through the CLI', () => {
     const config = path.join(root, 'pinned.yaml');
     writeFileSync(config, pinned.stdout);
     await registry.stop();
-    const stale = cli([], manifest(image), cache);
+    const stale = cli(allowed(), manifest(image), cache);
     expect(stale.status, stale.stderr).toBe(0);
     expect(stale.stderr).toMatch(/warning: .*cached/);
     const airGapped = cli(['--registry-lookup=never', `--config=${config}`], manifest(image), path.join(root, 'empty-cache'));
     expect(airGapped.status, airGapped.stderr).toBe(0);
     expect(parse(airGapped.stdout).spec.template.spec.containers[0].args.slice(2, 5)).toEqual(API_SERVER);
-    const nothing = cli([], manifest(image), path.join(root, 'other-cache'));
+    const nothing = cli(allowed(), manifest(image), path.join(root, 'other-cache'));
     expect(nothing.status).toBe(1);
     expect(nothing.stderr).toContain('lookup failed');
     // Right after the registry proved unreachable, resolve (the same registry) is not the fix: reading the image where it can be pulled is.

@@ -234,6 +234,29 @@ describe('token auth (the bearer flow of Docker Hub, ghcr.io, quay.io, nvcr.io)'
     expect(tokens.requests.slice(before)).toEqual([{ method: 'GET', basicUser: h.USER, scope: 'repository:private/model:pull', grant: undefined }]);
   });
 
+  it("under a policy (the webhook's lookups), credentials go to a plain-HTTP token realm only on a host registryInsecure names: elsewhere the token is asked for anonymously, and a refusal says why", async () => {
+    // The registry is named (insecure, private addresses allowed); its realm is plain HTTP on 127.0.0.1, another port.
+    const realmHost = new URL(tokens.url).host;
+    const policy = { registries: [token.host], privateRegistries: [token.host] };
+    const withCredentials = { DOCKER_CONFIG: dockerConfig(basicAuth(token.host)) };
+
+    let before = tokens.requests.length;
+    const open = await answer(`${token.host}/test/multi:v1`, options({ policy, insecureRegistries: [token.host] }, withCredentials));
+    expect(open.entrypoint).toEqual(['/opt/venv/bin/vllm', 'serve']);
+    expect(tokens.requests.slice(before)).toEqual([{ method: 'GET', basicUser: undefined, scope: 'repository:test/multi:pull', grant: undefined }]);
+
+    before = tokens.requests.length;
+    const error = await failure(`${token.host}/private/model:v1`, options({ policy, insecureRegistries: [token.host] }, withCredentials));
+    expect(error).toContain(`${token.host}: 401 Unauthorized for private/model (credentials from ${withCredentials.DOCKER_CONFIG}/config.json auths["${token.host}"] were not sent to its token realm http://${realmHost}: plain HTTP to a host registryInsecure does not name (name it there to send them))`);
+    expect(tokens.requests.slice(before).every((r) => r.basicUser === undefined)).toBe(true);
+
+    // The realm's host named as insecure too: the credentials go there.
+    before = tokens.requests.length;
+    const allowed = await answer(`${token.host}/private/model:v1`, options({ policy, insecureRegistries: [token.host, realmHost] }, withCredentials));
+    expect(allowed.entrypoint).toEqual(['vllm', 'serve']);
+    expect(tokens.requests.slice(before)).toEqual([{ method: 'GET', basicUser: h.USER, scope: 'repository:private/model:pull', grant: undefined }]);
+  });
+
   it('credsStore helper answering `<token>`: an identity token, sent as a refresh_token grant', async () => {
     const bin = fresh('bin');
     writeFileSync(path.join(bin, 'docker-credential-store'), `#!/bin/sh\ncat >/dev/null\nprintf '{"Username":"<token>","Secret":"${h.IDENTITY_TOKEN}"}'\n`);

@@ -23,6 +23,11 @@ describe('NO_PROXY', () => {
     ['10.0.0.0/8', '11.1.2.3', '443', false],
     ['10.1.2.3', '10.1.2.3', '443', true],
     ['fd00::/8', '[fd00::1]', '443', true],
+    ['fd00::/8', '[fe80::1]', '443', false],
+    ['2001:db8:1::/48', '[2001:db8:1:ffff::7]', '443', true],
+    ['10.0.0.0/33', '10.1.2.3', '443', false],
+    ['10.0.0.0/8', '[::ffff:10.1.2.3]', '443', false],
+    ['not-an-address/8', '10.1.2.3', '443', false],
     ['', 'example.com', '443', false],
   ])('NO_PROXY=%j, host %s:%s → %s', (noProxy, host, port, expected) => {
     expect(noProxyMatches(noProxy, host, port)).toBe(expected);

@@ -16,10 +16,9 @@ import { findWorkloadKind, templatesOf } from '../../src/core/tables/workloads.j
 import type { JsonPatchOperation } from '../../src/core/patch.js';
 import { transform, type TransformInput, type TransformResult } from '../../src/core/transform.js';
 import { PARSE_OPTIONS } from '../../src/core/yaml/nodes.js';
+import { asObject, type Plain } from '../../src/core/values.js';
 
-export type Plain = Record<string, unknown>;
-
-export const asObject = (v: unknown): Plain | undefined => (v && typeof v === 'object' && !Array.isArray(v) ? (v as Plain) : undefined);
+export { asObject, type Plain };
 
 /** RFC 6902, applied by python3-jsonpatch to many (pod, patch) pairs in one process. */
 export function applyWithJsonpatch(pairs: readonly { pod: unknown; patch: readonly JsonPatchOperation[] }[]): unknown[] {

@@ -31,7 +31,7 @@ beforeAll(async () => {
     server!.stdout!.once('data', (d: Buffer) => resolve(/listening (\d+)/.exec(d.toString())?.[1] ?? ''));
     server!.once('exit', (code) => reject(new Error(`wsexec exited ${code}`)));
   });
-  client = new KubernetesClient({ server: `https://127.0.0.1:${port}`, ca: readFileSync(pki.caCert, 'utf8'), insecureSkipTlsVerify: false, token: 't', origin: 'test' }, { requestTimeoutMs: 10_000, env: {} });
+  client = new KubernetesClient({ server: `https://127.0.0.1:${port}`, ca: readFileSync(pki.caCert, 'utf8'), insecureSkipTlsVerify: false, token: 't', origin: 'test' }, { requestTimeoutMs: 10_000, env: {}, maxBodyBytes: 8 << 20, maxSockets: 4, userAgent: 'vram-preflight-test' });
 }, 660_000);
 
 afterAll(() => {

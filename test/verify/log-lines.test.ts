@@ -1,5 +1,5 @@
 /**
- * The reader of the preflight's log lines (src/core/preflight-lines.ts, which
+ * The reader of the preflight's log lines (src/core/preflight/lines.ts, which
  * `vram-preflight verify` uses on the new container's log) against what the
  * generated script really prints: the script run as Kubernetes runs it,
  * under dash, busybox sh and bash, with the fake nvidia-smi of
@@ -8,8 +8,8 @@
  * numbers the script computed.
  */
 import { afterAll, describe, expect, it } from 'vitest';
-import { EXIT_SIGTERM, EXIT_TIMEOUT } from '../../src/core/preflight.js';
-import { awkLine, LINE_FORMATS, readPreflightLine, shellText, type PreflightLine } from '../../src/core/preflight-lines.js';
+import { EXIT_SIGTERM, EXIT_TIMEOUT } from '../../src/core/preflight/script.js';
+import { awkLine, LINE_FORMATS, readPreflightLine, shellText, type PreflightLine } from '../../src/core/preflight/lines.js';
 import { cleanupTempDirs, gpuLine, HOW_09, NEED_09, run, SHELLS, start, waitFor } from '../preflight/harness.js';
 
 afterAll(cleanupTempDirs);

@@ -96,7 +96,7 @@ const logSize = (): number => auditEvents().end;
 
 const restartCount = (name: string): number => JSON.parse(kubectlOk(['-n', NS, 'get', 'pod', name, '-o', 'json'])).status.containerStatuses[0].restartCount;
 
-/** The Role of docs/restart-race.md ("Verifying with vram-preflight verify"), as the doc gives it. */
+/** The Role of docs/restart-race.md ("With vram-preflight verify"), as the doc gives it. */
 function docsRole(): Plain {
   const doc = readFileSync(path.join(ROOT, 'docs/restart-race.md'), 'utf8');
   const block = /```yaml\n(# The Role verify needs[\s\S]*?)```/.exec(doc);
@@ -278,7 +278,6 @@ describe('with --yes, without a kubelet: the exec the API server cannot open', (
  */
 describe('the round after the signal: the watch, the events, the evidence (the kubelet\'s part played by the test)', () => {
   let client: KubernetesClient;
-  const deadlines = { request: () => Date.now() + 30_000 };
   const targetOf = async (name: string): Promise<Target> => {
     const p = (await api('GET', `/api/v1/namespaces/${NS}/pods/${name}`)).json();
     return { namespace: NS, pod: name, uid: p.metadata.uid, container: 'model', podChosenBy: '--pod', containerChosenBy: '--container', restartCount: 0, coldStart: { ms: 90_000, source: 'pod' } };
@@ -289,7 +288,7 @@ describe('the round after the signal: the watch, the events, the evidence (the k
   const noExec = async () => ({ protocol: 'v5.channel.k8s.io', stdout: '', stderr: '', status: { status: 'Success' }, exitCode: 0 });
 
   beforeAll(() => {
-    client = new KubernetesClient(loadConnection({ kubeconfig: c.kubeconfig, env: {}, readFile: (f) => readFileSync(f, 'utf8'), exists: existsSync }), { requestTimeoutMs: 10_000, env: {} });
+    client = new KubernetesClient(loadConnection({ kubeconfig: c.kubeconfig, env: {}, readFile: (f) => readFileSync(f, 'utf8'), exists: existsSync }), { requestTimeoutMs: 10_000, env: {}, maxBodyBytes: 8 << 20, maxSockets: 4, userAgent: 'vram-preflight-test' });
   });
   afterAll(() => client?.close());
 
@@ -304,7 +303,7 @@ describe('the round after the signal: the watch, the events, the evidence (the k
       status('played-1', { conditions: ready(true), containerStatuses: [container({ ready: true, restartCount: 1, containerID: `containerd://${id}n`, state: { running: { startedAt: new Date().toISOString() } }, lastState: { terminated: { exitCode: 0, reason: 'Completed', containerID: `containerd://${id}0` } } })] });
     };
     let played: Promise<void> | undefined;
-    const round = await restartOnce(client, { target, round: 1, readyBy: Date.now() + 30_000, timeoutMs: 30_000, marginMs: 30_000, deadlines, signal: async () => ((played = kubelet()), noExec()) }, true);
+    const round = await restartOnce(client, { target, round: 1, readyBy: Date.now() + 30_000, timeoutMs: 30_000, marginMs: 30_000, signal: async () => ((played = kubelet()), noExec()) }, true);
     await played;
     expect(round.restartCount).toEqual({ before: 0, after: 1 });
     expect(round.readyAfterMs).toBeGreaterThanOrEqual(1200);
@@ -346,7 +345,7 @@ describe('the round after the signal: the watch, the events, the evidence (the k
     };
     status('played-2', { containerStatuses: [container({ ready: true, restartCount: 0, containerID: `containerd://${id}1`, state: { running: { startedAt: '2026-12-05T12:00:05Z' } } })] });
     let played: Promise<void> | undefined;
-    const round = await restartOnce(client, { target, round: 1, readyBy: Date.now() + 30_000, timeoutMs: 30_000, marginMs: 30_000, deadlines, signal: async () => ((played = kubelet()), noExec()) }, true);
+    const round = await restartOnce(client, { target, round: 1, readyBy: Date.now() + 30_000, timeoutMs: 30_000, marginMs: 30_000, signal: async () => ((played = kubelet()), noExec()) }, true);
     await played;
     expect(round.restartCount).toEqual({ before: 0, after: 2 });
     expect(round.failedStarts).toEqual([{ containerId: `containerd://${id}f`, exitCode: 1, reason: 'Error', message: 'the first start failed', freeMemory: [] }]);
@@ -363,7 +362,7 @@ describe('the round after the signal: the watch, the events, the evidence (the k
     };
     let played: Promise<void> | undefined;
     const started = Date.now();
-    const round = await restartOnce(client, { target, round: 1, readyBy: Date.now() + 3000, timeoutMs: 3000, marginMs: 30_000, deadlines, signal: async () => ((played = kubelet()), noExec()) }, true);
+    const round = await restartOnce(client, { target, round: 1, readyBy: Date.now() + 3000, timeoutMs: 3000, marginMs: 30_000, signal: async () => ((played = kubelet()), noExec()) }, true);
     await played;
     expect(Date.now() - started).toBeLessThan(3000 + 15_000);
     expect(round.readyAfterMs).toBeUndefined();

@@ -225,7 +225,7 @@ describe('the WebSocket client (RFC 6455) against a server of its own', () => {
 
 /** A KubernetesClient whose API server is the test server. */
 function clientOf(): KubernetesClient {
-  return new KubernetesClient({ server: base, ca, insecureSkipTlsVerify: false, token: 't0ken', origin: 'test' }, { requestTimeoutMs: 10_000, env: {} });
+  return new KubernetesClient({ server: base, ca, insecureSkipTlsVerify: false, token: 't0ken', origin: 'test' }, { requestTimeoutMs: 10_000, env: {}, maxBodyBytes: 8 << 20, maxSockets: 4, userAgent: 'vram-preflight-test' });
 }
 
 /** The API server's side of an exec: the empty message first, then output, then the Status on channel 3, then close. */

@@ -306,6 +306,9 @@ describe.each(Object.keys(HELMS) as Helm[])('helm %s', (which) => {
       expect(container.volumeMounts.every((m: { subPath?: string }) => m.subPath === undefined)).toBe(true);
       const volumes = Object.fromEntries(pod.volumes.map((v: { name: string }) => [v.name, v]));
       expect(volumes.tls.secret.secretName).toBe(`${FULLNAME}-tls`);
+      // The private key: readable by its owner (root) and the pod's group, the webhook's (fsGroup), nobody else.
+      expect(volumes.tls.secret.defaultMode).toBe(0o440);
+      expect(pod.securityContext).toMatchObject({ runAsGroup: 65532, fsGroup: 65532 });
       expect(volumes.config.configMap.name).toBe(`${FULLNAME}-config`);
       expect(pod.topologySpreadConstraints.map((t: { topologyKey: string }) => t.topologyKey)).toEqual(['kubernetes.io/hostname', 'topology.kubernetes.io/zone']);
       const pdb = only(all, 'PodDisruptionBudget');
@@ -326,6 +329,7 @@ describe.each(Object.keys(HELMS) as Helm[])('helm %s', (which) => {
         { apiGroups: [''], resources: ['namespaces'], verbs: ['get', 'list'] },
         { apiGroups: ['admissionregistration.k8s.io'], resources: ['mutatingwebhookconfigurations'], verbs: ['get', 'list'] },
         { apiGroups: ['resource.k8s.io'], resources: ['resourceclaims', 'resourceclaimtemplates'], verbs: ['get'] },
+        { apiGroups: ['apps'], resources: ['deployments'], verbs: ['get'], resourceNames: [FULLNAME] },
       ]);
       expect(all.filter((o) => o.kind === 'CronJob')).toEqual([]);
     });
@@ -366,18 +370,34 @@ describe.each(Object.keys(HELMS) as Helm[])('helm %s', (which) => {
     }
   });
 
-  it('runs the audit as a CronJob when asked: its own service account bound to the audit ClusterRole, the webhook\'s config, restricted, not retried', () => {
+  it('runs the audit as a CronJob when asked: its own service account bound to the audit ClusterRole, the webhook\'s config, restricted, not retried, within a deadline and the webhook\'s heap rule', () => {
     const all = template(which, ['audit.cronJob.enabled=true', 'audit.cronJob.schedule=@hourly', 'audit.cronJob.extraArgs={--output=json}']);
     expectValid(all);
     const cron = only(all, 'CronJob');
-    expect(cron.spec).toMatchObject({ schedule: '@hourly', concurrencyPolicy: 'Forbid', jobTemplate: { spec: { backoffLimit: 0 } } });
+    expect(cron.spec).toMatchObject({ schedule: '@hourly', concurrencyPolicy: 'Forbid', jobTemplate: { spec: { backoffLimit: 0, activeDeadlineSeconds: 600 } } });
     const pod = cron.spec.jobTemplate.spec.template.spec;
     expect(pod.serviceAccountName).toBe(`${FULLNAME}-audit`);
     expect(pod.restartPolicy).toBe('Never');
     expect(pod.securityContext).toMatchObject({ runAsNonRoot: true, runAsUser: 65532, seccompProfile: { type: 'RuntimeDefault' } });
     const container = pod.containers[0];
     expect(container.image).toBe(only(all, 'Deployment').spec.template.spec.containers[0].image);
-    expect(container.args).toEqual(['audit', '--config=/etc/vram-preflight/config/config.yaml', '--cache-dir=/tmp/vram-preflight-cache', '--output=json']);
+    expect(container.args).toEqual(['audit', '--config=/etc/vram-preflight/config/config.yaml', '--cache-dir=/tmp/vram-preflight-cache', '--timeout=300s', '--output=json']);
+    const fails = (values: string[]): string => {
+      const r = helm(which, ['template', RELEASE, CHART, '--namespace', NAMESPACE, ...values.flatMap((v) => ['--set', v])]);
+      expect(r.status, values.join(',')).not.toBe(0);
+      return r.stderr;
+    };
+    // The webhook's heap rule: 3/8 of the memory limit (256Mi), or the value given; a limit too small for it fails.
+    expect(container.env).toEqual([{ name: 'NODE_OPTIONS', value: '--max-old-space-size=96' }]);
+    const heap = (values: string[]) => only(template(which, ['audit.cronJob.enabled=true', ...values]), 'CronJob').spec.jobTemplate.spec.template.spec.containers[0].env?.[0]?.value;
+    expect(heap(['audit.cronJob.resources.limits.memory=1Gi'])).toBe('--max-old-space-size=384');
+    expect(heap(['audit.cronJob.heapMiB=200'])).toBe('--max-old-space-size=200');
+    expect(fails(['audit.cronJob.enabled=true', 'audit.cronJob.resources.limits.memory=128Mi'])).toContain('audit.cronJob.resources.limits.memory "128Mi" leaves the audit 48 MiB of heap');
+    // The audit's own deadline, inside the Job's.
+    const longer = only(template(which, ['audit.cronJob.enabled=true', 'audit.cronJob.timeoutSeconds=1200', 'audit.cronJob.activeDeadlineSeconds=1500']), 'CronJob').spec.jobTemplate.spec;
+    expect(longer.activeDeadlineSeconds).toBe(1500);
+    expect(longer.template.spec.containers[0].args).toContain('--timeout=1200s');
+    expect(fails(['audit.cronJob.enabled=true', 'audit.cronJob.timeoutSeconds=600'])).toContain('audit.cronJob.activeDeadlineSeconds 600 must be above audit.cronJob.timeoutSeconds 600');
     expect(container.securityContext).toMatchObject({ readOnlyRootFilesystem: true, allowPrivilegeEscalation: false, capabilities: { drop: ['ALL'] } });
     expect(pod.volumes.find((v: { name: string }) => v.name === 'config').configMap.name).toBe(`${FULLNAME}-config`);
     const binding = only(all, 'ClusterRoleBinding', `${FULLNAME}-audit`);
@@ -515,6 +535,51 @@ describe.each(Object.keys(HELMS) as Helm[])('helm %s: a closed values schema', (
   });
 });
 
+describe.each(Object.keys(HELMS) as Helm[])('helm %s: values that pass the schema but are wrong together are refused, naming them', (which) => {
+  const render = (values: string[]) => helm(which, ['template', RELEASE, CHART, '--namespace', NAMESPACE, ...values.flatMap((v) => ['--set', v])]);
+  it.each([
+    [['webhook.port=443'], 'webhook.port 443: the webhook runs as user 65532 with every capability dropped, and cannot listen on a port below 1024'],
+    [['webhook.port=1023'], 'webhook.port 1023:'],
+    [['metrics.port=80'], 'metrics.port 80: the webhook runs as user 65532'],
+    [['metrics.serviceMonitor.enabled=true', 'metrics.serviceMonitor.scrapeTimeout=31s'], 'metrics.serviceMonitor.scrapeTimeout 31s is longer than metrics.serviceMonitor.interval 30s'],
+    [['metrics.serviceMonitor.enabled=true', 'metrics.serviceMonitor.interval=1m', 'metrics.serviceMonitor.scrapeTimeout=1m500ms'], 'scrapeTimeout 1m500ms is longer than metrics.serviceMonitor.interval 1m'],
+    [['certificates.generated.renewBeforeDays=3650'], 'certificates.generated.renewBeforeDays 3650 is not below certificates.generated.validityDays 3650'],
+    [['certificates.generated.validityDays=20'], 'renewBeforeDays 30 is not below certificates.generated.validityDays 20'],
+    [['certificates.certManager.enabled=true', 'certificates.certManager.renewBefore=8760h'], 'certificates.certManager.renewBefore 8760h is not shorter than certificates.certManager.duration 8760h'],
+    [['certificates.certManager.enabled=true', 'certificates.certManager.duration=24h', 'certificates.certManager.renewBefore=1440m'], 'renewBefore 1440m is not shorter than certificates.certManager.duration 24h'],
+  ])('refuses %j', (values, says) => {
+    const r = render(values);
+    expect(r.status).not.toBe(0);
+    expect(r.stdout).toBe('');
+    expect(r.stderr).toContain(says);
+  });
+
+  it.each([
+    [['webhook.port=1024']],
+    [['metrics.port=1024']],
+    [['metrics.serviceMonitor.enabled=true', 'metrics.serviceMonitor.scrapeTimeout=30s']],
+    [['metrics.serviceMonitor.enabled=true', 'metrics.serviceMonitor.interval=1h', 'metrics.serviceMonitor.scrapeTimeout=59m59s']],
+    // Only what is used is checked: a ServiceMonitor's timings without one, the generated certificate's with cert-manager.
+    [['metrics.serviceMonitor.scrapeTimeout=1h']],
+    [['certificates.certManager.enabled=true', 'certificates.generated.renewBeforeDays=3650']],
+    [['certificates.generated.renewBeforeDays=3649']],
+    [['certificates.certManager.enabled=true', 'certificates.certManager.duration=24h', 'certificates.certManager.renewBefore=23.5h']],
+  ])('takes %j', (values) => {
+    const r = render(values);
+    expect(r.stderr).toBe('');
+    expect(r.status).toBe(0);
+  });
+
+  it('takes the documented CA rotation, `--set certificates.generated.rotation=$(date +%Y%m%d)` (a number to --set), as --set-string does', () => {
+    for (const how of ['--set', '--set-string']) {
+      const r = helm(which, ['template', RELEASE, CHART, '--namespace', NAMESPACE, how, 'certificates.generated.rotation=20261205']);
+      expect(r.stderr, how).toBe('');
+      expect(r.status, how).toBe(0);
+      expect(only(objects(r.stdout), 'Secret', `${FULLNAME}-ca`).metadata.annotations?.['vram-preflight.io/rotation'], how).toBe('20261205');
+    }
+  });
+});
+
 describe('NOTES.txt (helm v4 install --dry-run=client, which needs no cluster)', () => {
   const notes = (values: string[]) => {
     const r = helm('v4', ['install', 'vram-preflight', CHART, '--namespace', 'vram-preflight', '--dry-run=client', ...values.flatMap((v) => ['--set', v])]);
@@ -535,11 +600,17 @@ describe('NOTES.txt (helm v4 install --dry-run=client, which needs no cluster)',
     expect(text).toContain('audit.cronJob.enabled=true runs it in the cluster');
     expect(text).toContain('Secrets vram-preflight-webhook-tls and vram-preflight-webhook-ca');
     expect(text).toContain('--set certificates.generated.rotation=');
+    // The chart by the registry it is published to (Chart.yaml's annotation, which a release sets) and its version; the docs at its tag.
+    const { annotations, version, appVersion } = parseYaml(readFileSync(path.join(CHART, 'Chart.yaml'), 'utf8')) as { annotations: Record<string, string>; version: string; appVersion: string };
+    expect(text).toContain(`(chart ${annotations['vram-preflight.io/chart']} --version ${version})`);
+    expect(text).toContain(`helm upgrade vram-preflight ${annotations['vram-preflight.io/chart']} --version ${version} -n vram-preflight --reuse-values`);
+    expect(text).toContain(`https://github.com/vram-preflight/vram-preflight/blob/v${appVersion}/docs/install.md`);
+    expect(text).not.toMatch(/blob\/main/);
     // The pod of the check is one the webhook wraps: admit it as the dry run would.
     const overrides = JSON.parse(/--overrides='([^']+)'/.exec(text)![1]!) as { spec: unknown };
     const pod = JSON.stringify({ apiVersion: 'v1', kind: 'Pod', metadata: { name: 'vram-preflight-check', namespace: 'ml' }, ...overrides });
     const admitted = spawnSync(process.execPath, [path.join(ROOT, 'dist/vram-preflight.cjs'), 'admit'], { input: pod, encoding: 'utf8' });
-    expect(admitted.stderr).toBe('');
+    expect(admitted.stderr).toBe('vram-preflight: Pod/vram-preflight-check: wrapped: vllm\n');
     expect(JSON.parse(admitted.stdout).metadata.annotations).toEqual({ 'vram-preflight.io/wrapped': 'vllm' });
   });
 
@@ -602,6 +673,13 @@ describe.each(Object.keys(HELMS) as Helm[])('helm %s: hardening', (which) => {
     const policy = only(all, 'NetworkPolicy');
     expect(policy.spec.podSelector.matchLabels).toEqual(only(all, 'Deployment').spec.selector.matchLabels);
     expect(policy.spec.policyTypes).toEqual(['Ingress']);
+    // The audit's pods serve nothing: none may be reached.
+    const audited = template(which, ['networkPolicy.enabled=true', 'networkPolicy.apiServer[0].ipBlock.cidr=10.0.0.0/24', 'audit.cronJob.enabled=true']);
+    const auditPolicy = only(audited, 'NetworkPolicy', `${FULLNAME}-audit`);
+    const auditPod = only(audited, 'CronJob').spec.jobTemplate.spec.template.metadata.labels as Record<string, string>;
+    expect(Object.entries(auditPolicy.spec.podSelector.matchLabels).every(([k, v]) => auditPod[k] === v)).toBe(true);
+    expect(auditPolicy.spec).toMatchObject({ policyTypes: ['Ingress'], ingress: [] });
+    expect(all.filter((o) => o.kind === 'NetworkPolicy')).toHaveLength(1);
     expect(policy.spec.ingress).toEqual([
       { from: [{ ipBlock: { cidr: '10.0.0.0/24' } }], ports: [{ protocol: 'TCP', port: 8443 }] },
       { from: [{ namespaceSelector: { matchLabels: { team: 'monitoring' } } }], ports: [{ protocol: 'TCP', port: 9090 }] },
@@ -729,6 +807,17 @@ describe('the chart follows the release', () => {
     const values = parseYaml(readFileSync(path.join(CHART, 'values.yaml'), 'utf8')) as Record<string, unknown>;
     // A value that is an empty mapping in values.yaml (issuerRef: {}) has rows for its keys.
     for (const key of leaves(values, '')) expect(readme, key).toMatch(new RegExp(`\\| \`${key.replace(/\./g, '\\.')}(\`|\\.)`));
+  });
+
+  it('README.md: the install line verifies the chart, at its version and registry; every link to the project is at the chart\'s tag', () => {
+    const readme = readFileSync(path.join(CHART, 'README.md'), 'utf8');
+    const { annotations, version, appVersion } = parseYaml(readFileSync(path.join(CHART, 'Chart.yaml'), 'utf8')) as { annotations: Record<string, string>; version: string; appVersion: string };
+    const install = /```sh\n(helm install [^`]*?)\n(?!\s)/.exec(readme)![1]!.replace(/\\\n\s*/g, '');
+    expect(install).toContain(`helm install vram-preflight ${annotations['vram-preflight.io/chart']} --version ${version}`);
+    expect(install).toContain('--verify --keyring vram-preflight-release-key.gpg');
+    const links = [...readme.matchAll(/https:\/\/github\.com\/vram-preflight\/vram-preflight\/[^\s)]+/g)].map((m) => m[0]);
+    expect(links.length).toBeGreaterThan(0);
+    for (const link of links) expect(link).toMatch(new RegExp(`^https://github\\.com/vram-preflight/vram-preflight/blob/v${appVersion.replace(/\./g, '\\.')}/`));
   });
 
   it('values.schema.json embeds the current configuration schema, and README.md its values table', () => {

@@ -6,6 +6,7 @@
  * Kubernetes 1.33 does: v1 answers 404 and the reader moves on).
  */
 import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { stringify } from 'yaml';
 import https from 'node:https';
 import type { AddressInfo } from 'node:net';
 import path from 'node:path';
@@ -153,5 +154,32 @@ describe('DRA claims read through the Kubernetes API', () => {
     } finally {
       stall = false;
     }
+  });
+
+  it('where the API is and who the webhook is there, as controller-runtime finds it: --kubeconfig, KUBECONFIG, in-cluster; none without them', async () => {
+    const config = path.join(dir, 'kubeconfig');
+    writeFileSync(config, stringify({
+      apiVersion: 'v1',
+      kind: 'Config',
+      'current-context': 'fake',
+      clusters: [{ name: 'fake', cluster: { server: apiUrl, 'certificate-authority-data': readFileSync(pki.caCert).toString('base64') } }],
+      users: [{ name: 'fake', user: { token: TOKEN } }],
+      contexts: [{ name: 'fake', context: { cluster: 'fake', user: 'fake' } }],
+    }));
+    const wraps = async (s: h.Started) => (await admit(s, draPod({ resourceClaimTemplateName: 'single-gpu' }))).patched.metadata.annotations;
+    const byFlag = await startWith({ kubernetesApi: undefined, kubeconfig: config });
+    expect(await wraps(byFlag)).toEqual({ 'vram-preflight.io/wrapped': 'model' });
+    expect(byFlag.logs.find((l) => l.msg === 'listening')).toMatchObject({ kubernetesApi: apiUrl, kubernetes: `kubeconfig ${config}, context "fake"` });
+    const byEnv = await startWith({ kubernetesApi: undefined, env: { PATH: process.env.PATH, KUBECONFIG: config } });
+    expect(await wraps(byEnv)).toEqual({ 'vram-preflight.io/wrapped': 'model' });
+    // In a pod: KUBERNETES_SERVICE_HOST/PORT and the service account's files (here, their directory).
+    const inPod = await startWith({ kubernetesApi: undefined, env: { PATH: process.env.PATH, KUBERNETES_SERVICE_HOST: '127.0.0.1', KUBERNETES_SERVICE_PORT: new URL(apiUrl).port } });
+    expect(await wraps(inPod)).toEqual({ 'vram-preflight.io/wrapped': 'model' });
+    expect(inPod.logs.find((l) => l.msg === 'listening')).toMatchObject({ kubernetes: `in-cluster service account (${credentials})` });
+    // None of them: the webhook serves, and says why it reads no claims.
+    const none = await startWith({ kubernetesApi: undefined, kubernetesCredentialsDir: undefined });
+    expect(none.logs.find((l) => l.msg === 'listening')).toMatchObject({ kubernetesApi: null, kubernetes: 'none: no --kubeconfig, no KUBECONFIG, not in a pod (no KUBERNETES_SERVICE_HOST) and no ~/.kube/config' });
+    // A kubeconfig that cannot be used stops it at start, with the reason.
+    await expect(startWith({ kubernetesApi: undefined, kubeconfig: path.join(dir, 'absent') })).rejects.toThrow(`cannot read kubeconfig ${path.join(dir, 'absent')}: ENOENT`);
   });
 });

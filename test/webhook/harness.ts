@@ -15,6 +15,8 @@ import { parseAllDocuments, stringify as stringifyYaml } from 'yaml';
 import { transform } from '../../src/core/transform.js';
 import { DEFAULT_OPTIONS, type Options } from '../../src/core/options.js';
 import { DEFAULT_SETTINGS, startWebhook, type Webhook, type WebhookSettings } from '../../src/webhook/server.js';
+import type { JsonPatchOperation } from '../../src/core/patch.js';
+import { applyWithJsonpatch } from '../support/doors.js';
 
 /** The tests need real tools; a missing one fails loudly instead of skipping. */
 export function requireTools(): void {
@@ -235,9 +237,7 @@ export function readReview(answer: Answer): ReviewAnswer {
 
 /** Applies an RFC 6902 patch with python3-jsonpatch (not our code). */
 export function applyPatch(document: unknown, patch: unknown[]): unknown {
-  const program = 'import json, sys, jsonpatch\nd = json.load(sys.stdin)\nsys.stdout.write(json.dumps(jsonpatch.apply_patch(d["doc"], d["patch"])))';
-  const out = execFileSync('/usr/bin/python3', ['-c', program], { input: JSON.stringify({ doc: document, patch }), encoding: 'utf8' });
-  return JSON.parse(out);
+  return applyWithJsonpatch([{ pod: document, patch: patch as JsonPatchOperation[] }])[0];
 }
 
 /** What the post-renderer makes of a pod: the same object through `transform`, read back as JSON. */

@@ -1,5 +1,6 @@
 /**
- * The webhook's own rollout (issue 27 rows 6 and 8), on the built bundle as
+ * The webhook's own rollout (docs/webhook.md: Shutdown and readiness;
+ * Hardening rows 6 and 8), on the built bundle as
  * the Deployment runs it: on SIGTERM /readyz turns 503 at once, and for the
  * shutdown delay the webhook goes on accepting connections and answering
  * (each answer retiring its connection); then it drains: every request
@@ -46,7 +47,7 @@ async function start(args: string[]): Promise<c.Child> {
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 const get = (url: string, route: string) => h.h1(url, pki.caCert, { method: 'GET', path: route }).catch((error: NodeJS.ErrnoException) => ({ status: 0, body: error.code ?? String(error) }) as h.Answer);
 
-describe('SIGTERM: not ready at once, serving on for the shutdown delay (row 6)', () => {
+describe('SIGTERM: not ready at once, serving on for the shutdown delay (Hardening row 6)', () => {
   it('/readyz is 503 from the signal on; new connections are accepted and answered until the delay ends, and each answer retires its connection; then connections are refused and the process exits promptly', async () => {
     const child = await start(['--shutdown-delay-ms', '3000']);
     const agent = new https.Agent({ keepAlive: true, ca: readFileSync(pki.caCert), maxSockets: 1 });
@@ -97,7 +98,7 @@ describe('SIGTERM: not ready at once, serving on for the shutdown delay (row 6)'
   }, 30_000);
 });
 
-describe('the drain answers every request accepted (row 8)', () => {
+describe('the drain answers every request accepted (Hardening row 8)', () => {
   it('two HTTP/1.1 requests pipelined on one connection, in flight at SIGTERM: both answered, and the process exits once they are, not at the drain timeout', async () => {
     const stalled = await r.startStalled();
     stops.push(stalled.close);

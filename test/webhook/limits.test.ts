@@ -1,14 +1,14 @@
 /**
- * Memory and time are bounded by design (issue 27, rows 1-3 and 13): the
+ * Memory and time are bounded by design (docs/webhook.md, Hardening: rows 1-3 and 13): the
  * webhook as the chart runs it (the built bundle, the heap cap the chart
  * derives from its memory limit in deploy/webhook/values.yaml) under the load
  * a hostile or merely busy client can make, while a legitimate admission is
  * timed every 100 ms from this process (the attacker is a process of its
- * own). Each test prints its figures ([row N] ...).
+ * own). Each test prints its figures ([row N] ..., N a row of that table).
  */
 import { spawn } from 'node:child_process';
 import https from 'node:https';
-import { readFileSync } from 'node:fs';
+import { readdirSync, readFileSync } from 'node:fs';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import * as c from './child.js';
@@ -85,7 +85,7 @@ const metric = async (child: c.Child, name: string): Promise<number> => {
   return [...text.matchAll(new RegExp(`^${name.replace(/[{}"]/g, (ch) => `\\${ch}`)} (\\d+)$`, 'gm'))].reduce((n, m) => n + Number(m[1]), 0);
 };
 
-describe('bounded memory (rows 1-3)', () => {
+describe('bounded memory (Hardening rows 1-3)', () => {
   it('row 1: 60 concurrent 3.4 MiB bodies on one HTTP/2 connection, and 2 x 60 over HTTP/1.1: RSS stays under the chart limit, a legitimate admission is answered well inside its timeout', async () => {
     const child = await webhook();
     const before = child.rss();
@@ -95,10 +95,12 @@ describe('bounded memory (rows 1-3)', () => {
     const peak = child.peak();
     c.figure(1, `RSS ${before.toFixed(0)} MiB before; peak ${afterH2.toFixed(0)} MiB after the HTTP/2 bodies (${JSON.stringify(h2.attacker)}), ${peak.toFixed(0)} MiB after the HTTP/1.1 ones (${JSON.stringify(h1.attacker)}); legitimate admission max ${max(h2.legitMs).toFixed(0)} / ${max(h1.legitMs).toFixed(0)} ms, median ${median(h2.legitMs).toFixed(0)} / ${median(h1.legitMs).toFixed(0)} ms`);
     expect(peak).toBeLessThan(c.CHART_MEMORY_LIMIT_MIB);
+    // The HTTP/1.1 bodies reached the server (answered, most with 503 while others were read): the row measures them.
+    expect(Object.entries(h1.attacker).filter(([status]) => /^\d{3}$/.test(status)).reduce((n, [, k]) => n + k, 0)).toBeGreaterThanOrEqual(60);
     for (const run of [h2, h1]) {
       expect(run.legitStatuses.every((s) => s === 200)).toBe(true);
-      // The API server waits 5 s; a busy 2-core machine adds its share.
-      expect(max(run.legitMs)).toBeLessThan(2500);
+      // The goal: under a second, well inside the API server's 5 s (which counts the whole call).
+      expect(max(run.legitMs)).toBeLessThan(1000);
     }
     // Nothing stays in flight once the attacker is gone (a request it left behind ends at its 5 s deadline at most, checked
     // once a second; a busy 2-core machine has been seen to need more than 7 s in all: 15 s is room, not the claim).
@@ -134,15 +136,18 @@ describe('bounded memory (rows 1-3)', () => {
     const run = await underAttack(child, { mode: 'idle', count: 3000 }, 500);
     const peak = child.peak();
     const closed = await metric(child, 'vram_preflight_webhook_limit_hits_total{limit="connections-idle-closed"}');
-    c.figure(3, `3,000 idle connections tried: ${run.attacker.open} still open; ${closed} closed at the cap; RSS ${before.toFixed(0)} -> peak ${peak.toFixed(0)} MiB; legitimate admission max ${max(run.legitMs).toFixed(0)} ms`);
+    // A connection that sends no request is also closed at the headers deadline (3 s, with a 408): where the flood takes longer
+    // than that to open (a busy machine), the deadline closes the oldest before the cap has to.
+    const timedOut = await metric(child, 'vram_preflight_webhook_http_requests_total{route="other",code="408"}');
+    c.figure(3, `3,000 idle connections tried: ${run.attacker.open} still open; ${closed} closed at the cap, ${timedOut} at the headers deadline; RSS ${before.toFixed(0)} -> peak ${peak.toFixed(0)} MiB; legitimate admission max ${max(run.legitMs).toFixed(0)} ms`);
     expect(run.attacker.open).toBeLessThanOrEqual(512);
-    expect(closed).toBeGreaterThanOrEqual(3000 - 512 - 20);
+    expect(closed + timedOut).toBeGreaterThanOrEqual(3000 - 512 - 20);
     expect(peak - before).toBeLessThan(80);
     expect(run.legitStatuses.every((s) => s === 200)).toBe(true);
   }, 120_000);
 });
 
-describe('no admission waits behind another (row 13)', () => {
+describe('no admission waits behind another (Hardening row 13)', () => {
   it('a 2.1 MB pod of 15,000 vLLM containers: decided off the event loop and refused by the containers cap; legitimate admissions meanwhile are not held', async () => {
     const child = await webhook();
     const containers = Array.from({ length: 15_000 }, (_, i) => ({ name: `c${i}`, image: 'vllm/vllm-openai:v0.10.1', args: ['--model', 'm'], resources: { limits: { 'nvidia.com/gpu': '1' } } }));
@@ -167,6 +172,10 @@ describe('no admission waits behind another (row 13)', () => {
     await probing;
     agent.destroy();
     c.figure(13, `3 pods of 15,000 vLLM containers (${(Buffer.byteLength(big) / 1e6).toFixed(1)} MB each) answered in ${bigMs.toFixed(0)} ms; legitimate admissions meanwhile: ${legitMs.length}, max ${max(legitMs).toFixed(0)} ms, median ${median(legitMs).toFixed(0)} ms`);
+    // The worker that decided them gives way to the main thread: its thread (only it) runs at nice 10 (Linux: per thread).
+    const nice = readdirSync(`/proc/${child.child.pid}/task`).map((task) => Number(readFileSync(`/proc/${child.child.pid}/task/${task}/stat`, 'utf8').split(') ')[1]!.split(' ')[16]));
+    if (!c.OTHER_BUILD) expect(nice.filter((n) => n !== 0)).toEqual([10]);
+    expect(nice[0]).toBe(0);
     for (const answer of answers) {
       const review = h.readReview(answer);
       expect(review.allowed).toBe(true);

@@ -7,8 +7,9 @@
  */
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
 import https from 'node:https';
+import net from 'node:net';
 import { X509Certificate } from 'node:crypto';
-import { readFileSync } from 'node:fs';
+import { mkdirSync, readFileSync, symlinkSync } from 'node:fs';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import * as r from '../registry/harness.js';
@@ -74,6 +75,26 @@ describe('vram-preflight webhook (the process)', () => {
     }
   });
 
+  it('a bad value of a wrap option, as a flag or a VRAM_PREFLIGHT_* variable: exit 2 at start with the message the post-renderer gives (no change of the config file can fix it)', () => {
+    const cases: { args: string[]; env?: Record<string, string> }[] = [
+      { args: ['--timeout-seconds=0'] },
+      { args: ['--default-utilization', '2'] },
+      { args: ['--on-nvidia-smi-unavailable=maybe'] },
+      { args: [], env: { VRAM_PREFLIGHT_TIMEOUT_SECONDS: '0' } },
+      { args: [], env: { VRAM_PREFLIGHT_TIMOUT_SECONDS: '30' } },
+    ];
+    for (const { args, env: extra } of cases) {
+      const what = `${args.join(' ')} ${JSON.stringify(extra ?? {})}`;
+      const webhook = spawnSync(process.execPath, [bundle, 'webhook', '--tls-cert-file', leaf.cert, '--tls-key-file', leaf.key, '--port', '0', '--address', '127.0.0.1', ...args], { encoding: 'utf8', env: { ...env, ...extra }, timeout: 10_000 });
+      const render = spawnSync(process.execPath, [bundle, ...args], { encoding: 'utf8', env: { ...env, ...extra }, input: '', timeout: 10_000 });
+      expect(render.status, what).toBe(2);
+      expect(webhook.status, `${what}: ${webhook.stdout}${webhook.stderr}`).toBe(2);
+      expect(webhook.stdout, what).toBe('');
+      expect(webhook.stderr, what).toBe(render.stderr);
+      expect(webhook.stderr, what).toMatch(/^vram-preflight: error (BAD_OPTION|USAGE): [^\n]+\n/);
+    }
+  });
+
   it('--metrics-port serves /metrics over plain HTTP (nothing else); the certificate expiry is a metric, and a warning in the log when it is near', async () => {
     const { child, stderr, exit } = await startChild(['--metrics-port', '0', '--cert-expiry-warning-days', '5']);
     try {
@@ -102,6 +123,90 @@ describe('vram-preflight webhook (the process)', () => {
     expect(plain.status).toBe(2);
     expect(plain.stderr).toContain('--metrics-port is --port (8443)');
   });
+
+  it('the metrics port is bounded as the HTTPS port is: 1,000 silent connections, at most 64 open at once (the longest idle closed to make room), each closed by the headers deadline; a scrape is answered meanwhile', async () => {
+    const { child, stderr, exit } = await startChild(['--metrics-port', '0', '--shutdown-delay-ms', '0']);
+    const sockets: net.Socket[] = [];
+    try {
+      const port = (stderr().trim().split('\n').map((l) => JSON.parse(l) as Record<string, unknown>).find((l) => l.msg === 'metrics listening')!.port as number);
+      let open = 0;
+      const t0 = performance.now();
+      for (let i = 0; i < 1000; i += 100) {
+        await Promise.all(
+          Array.from({ length: 100 }, () =>
+            new Promise<void>((resolve) => {
+              const socket = net.connect(port, '127.0.0.1', () => {
+                open++;
+                resolve();
+              });
+              socket.on('error', () => resolve());
+              socket.on('close', () => open--);
+              // Read what comes (the deadline's 408), so that the server's close is seen.
+              socket.resume();
+              sockets.push(socket);
+            }),
+          ),
+        );
+      }
+      // Until the count holds for 300 ms: the server's closes take a moment to arrive.
+      for (let last = -1; open !== last; ) {
+        last = open;
+        await new Promise((resolve) => setTimeout(resolve, 300));
+      }
+      const heldAtOnce = open;
+      const scrape = await fetch(`http://127.0.0.1:${port}/metrics`);
+      const text = await scrape.text();
+      const closedAtCap = Number(/^vram_preflight_webhook_limit_hits_total\{limit="metrics-connections-idle-closed"\} (\d+)$/m.exec(text)?.[1]);
+      while (open > 0 && performance.now() - t0 < 10_000) await new Promise((resolve) => setTimeout(resolve, 100));
+      const allClosedMs = performance.now() - t0;
+      console.log(`[metrics port] 1,000 silent connections: ${heldAtOnce} open at once, ${closedAtCap} closed at the cap; scrape ${scrape.status}; all closed after ${allClosedMs.toFixed(0)} ms`);
+      expect(heldAtOnce).toBeLessThanOrEqual(64);
+      expect(closedAtCap).toBeGreaterThanOrEqual(1000 - 64);
+      expect(scrape.status).toBe(200);
+      // The headers deadline (3 s), checked every second; the rest is a busy machine's room.
+      expect(open).toBe(0);
+      expect(allClosedMs).toBeLessThan(8000);
+    } finally {
+      for (const socket of sockets) socket.destroy();
+      child.kill('SIGTERM');
+    }
+    expect(await exit).toBe(0);
+  }, 30_000);
+
+  it('the curl recipe of docs/webhook.md ("Try it without a cluster"), run as written: its output is what the text says, the log has only the lines it names, and `kill %1` ends the webhook at once', async () => {
+    const docs = readFileSync(path.join(ROOT, 'docs/webhook.md'), 'utf8');
+    const recipe = /The webhook itself on loopback[\s\S]*?```sh\n([\s\S]*?)```/.exec(docs)![1]!;
+    expect(recipe).toContain('kill %1');
+    const work = path.join(dir, 'recipe');
+    const bin = path.join(work, 'bin');
+    mkdirSync(path.join(work, 'docs'), { recursive: true });
+    mkdirSync(bin);
+    symlinkSync(path.join(ROOT, 'docs/examples'), path.join(work, 'docs/examples'));
+    symlinkSync(bundle, path.join(bin, 'vram-preflight'));
+    // A free port instead of 8443, which another test may hold; then how long the webhook takes to exit after `kill %1`.
+    const port = await new Promise<number>((resolve) => {
+      const probe = net.createServer().listen(0, '127.0.0.1', () => {
+        const { port: free } = probe.address() as net.AddressInfo;
+        probe.close(() => resolve(free));
+      });
+    });
+    const script = `set -e\n${recipe.replaceAll('8443', String(port))}t0=$(date +%s%N); wait; echo "exited after $(( ($(date +%s%N) - t0) / 1000000 )) ms"\n`;
+    const run = spawnSync('bash', ['-c', script], { cwd: work, encoding: 'utf8', env: { PATH: `${bin}:${process.env.PATH}`, HOME: dir }, timeout: 60_000 });
+    expect(run.stderr).toBe('');
+    expect(run.status).toBe(0);
+    // What the text says the commands print.
+    expect(JSON.parse(/^\{[\s\S]*?^\}$/m.exec(run.stdout)![0])).toMatchObject({ allowed: true, patchType: 'JSONPatch' });
+    expect(run.stdout).toContain('"/spec/containers/0/command"\n"/spec/containers/0/args"\n"/metadata/annotations"\n');
+    expect(run.stdout).toMatch(/admissions_total\{outcome="wrapped",dry_run="false"\} 1\n/);
+    const exitMs = Number(/exited after (\d+) ms/.exec(run.stdout)![1]);
+    expect(exitMs).toBeLessThan(2000);
+    // The log: the start's lines the text names, one line for the admission, the shutdown; nothing else.
+    const log = readFileSync(path.join(work, 'webhook.log'), 'utf8').trim().split('\n').map((l) => JSON.parse(l) as Record<string, unknown>);
+    expect(log.map((l) => l.msg)).toEqual(['config loaded', 'listening', expect.stringMatching(/^certificate expires in less than a day \(2[0-3] h\)$/), 'admission', 'SIGTERM: shutting down', 'shutting down', 'draining', 'drained']);
+    expect(log[2]).toMatchObject({ level: 'warn', fix: expect.stringMatching(/^renew it: a self-signed certificate \(made by hand/) });
+    expect(log[3]).toMatchObject({ outcome: 'wrapped' });
+    expect(log.every((l) => l.level !== 'error')).toBe(true);
+  }, 90_000);
 
   it('a certificate that cannot be read: exit 1, the reason logged', () => {
     const run = runSync(['webhook', '--tls-cert-file', path.join(dir, 'none.crt'), '--tls-key-file', leaf.key]);

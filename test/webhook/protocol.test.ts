@@ -1,6 +1,6 @@
 /**
- * The transport as a client of any kind meets it (issue 27 rows 4, 9, 10,
- * 11; issue 26 item 8), against the built bundle: header blocks and
+ * The transport as a client of any kind meets it (docs/webhook.md,
+ * Hardening: rows 4, 9, 10 and 11), against the built bundle: header blocks and
  * prefaces sent a byte at a time over HTTP/2, the TLS suites and versions it
  * accepts (flags to narrow them, and a client CA), `Expect: 100-continue`
  * for a body over the limit, and what its answers and log lines carry of a
@@ -50,7 +50,7 @@ async function closedWithin(raw: RawH2, limitMs: number, t0: number): Promise<nu
   return raw.closed ? performance.now() - t0 : undefined;
 }
 
-describe('HTTP/2 headers have a deadline (row 4)', () => {
+describe('HTTP/2 headers have a deadline (Hardening row 4)', () => {
   it('a header block sent one byte every 500 ms: the connection is closed within the headers deadline (3 s) and the sweep', async () => {
     const raw = await RawH2.connect(child.port, pki.caCert);
     const block = Buffer.from(frame(FRAME.HEADERS, 0x4, 1, Buffer.alloc(60, 0x82)));
@@ -128,7 +128,7 @@ describe('HTTP/2 streams refused half-way are closed', () => {
   }, 20_000);
 });
 
-describe('TLS (row 10)', () => {
+describe('TLS (Hardening row 10)', () => {
   it('TLS 1.2 offers only ECDHE key exchange with AEAD ciphers, for an ECDSA and an RSA certificate', async () => {
     const ecdsa = await tls12Accepted(child.port);
     // An RSA serving certificate (static-RSA suites need one to be offered at all).
@@ -171,7 +171,7 @@ describe('TLS (row 10)', () => {
   }, 60_000);
 });
 
-describe('Expect: 100-continue (row 11)', () => {
+describe('Expect: 100-continue (Hardening row 11)', () => {
   function exchange(headers: string, body = ''): Promise<string> {
     return new Promise((resolve, reject) => {
       const socket = tls.connect({ host: '127.0.0.1', port: child.port, servername: 'localhost', ca: readFileSync(pki.caCert), ALPNProtocols: ['http/1.1'] }, () => socket.write(headers));
@@ -201,7 +201,7 @@ describe('Expect: 100-continue (row 11)', () => {
   }, 20_000);
 });
 
-describe('answers and logs carry no request data (row 9, issue 26 item 8)', () => {
+describe('answers and logs carry no request data (Hardening row 9)', () => {
   const logOf = (uid: string) => child.logs().filter((l) => l.uid === uid);
 
   it("an env var's value named by --gpu-memory-utilization $(VAR) reaches neither the answer nor the log", async () => {
@@ -245,7 +245,7 @@ describe('answers and logs carry no request data (row 9, issue 26 item 8)', () =
     expect(JSON.stringify(child.logs())).not.toContain(marker);
   });
 
-  it('a body that is not UTF-8 gets 400, not an answer for a uid it never sent (issue 26 item 8)', async () => {
+  it('a body that is not UTF-8 gets 400, not an answer for a uid it never sent (Hardening row 9)', async () => {
     const body = Buffer.concat([Buffer.from('{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{"uid":"'), Buffer.from([0xff, 0xfe]), Buffer.from(`","kind":{"group":"","version":"v1","kind":"Pod"},"operation":"CREATE","object":${JSON.stringify(h.plainPod())}}}`)]);
     const answer = await h.h1(child.url, pki.caCert, { body });
     c.figure(9, `invalid UTF-8 body: HTTP ${answer.status} ${answer.body.trim()}`);

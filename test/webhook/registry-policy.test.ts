@@ -1,5 +1,5 @@
 /**
- * Registry lookups cannot be aimed (issue 27 row 7), on the built bundle: a
+ * Registry lookups cannot be aimed (docs/webhook.md, Hardening row 7), on the built bundle: a
  * pod that names an image on a host and port of its choosing gets no
  * connection made there unless an operator allowed that registry, and what
  * its creator reads back says only "not allowed" or "lookup failed" (the
@@ -69,7 +69,7 @@ async function target(): Promise<{ host: string; total: () => number; most: () =
 
 const podOf = (image: string) => h.vllmPod({ containers: [{ name: 'model', image, args: ['--model', 'm'], resources: { limits: { 'nvidia.com/gpu': '1' } } }] });
 
-describe('registry lookups cannot be aimed (row 7)', () => {
+describe('registry lookups cannot be aimed (Hardening row 7)', () => {
   it('an image on a host and port the operator did not allow: no connection is made there, and the pod reads only that its registry is not allowed', async () => {
     const aimed = await target();
     const child = await start(['--registry-budget-ms', '1500']);
@@ -81,7 +81,7 @@ describe('registry lookups cannot be aimed (row 7)', () => {
     // The fix in the annotation says why the registry was not read (not that it did not answer), and what would let the webhook ask it.
     const image = `${aimed.host}/vllm/vllm-openai:v0.12.0`;
     const note = ((h.applyPatch(podOf(image), h.readReview(answers[0]!).patch!) as h.Pod).metadata.annotations as Record<string, string>)['vram-preflight.io/not-wrapped']!;
-    expect(note).toContain(`(the webhook may not ask its registry (registryAllow in the config would let it), so read the image's ENTRYPOINT where it can be pulled (\`skopeo inspect --config docker://${image}\``);
+    expect(note).toContain(`(its registry is not one lookups may ask (registryAllow in the config would let it), so read the image's ENTRYPOINT where it can be pulled (\`skopeo inspect --config docker://${image}\``);
     expect(note).not.toContain('did not answer');
   }, 30_000);
 

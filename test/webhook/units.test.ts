@@ -5,13 +5,16 @@
  * symlink swap takes when no inotify event comes), and the patch's base64
  * written in pieces.
  */
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { execFileSync } from 'node:child_process';
+import { X509Certificate } from 'node:crypto';
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { describe, expect, it } from 'vitest';
+import * as h from './harness.js';
 import { annotationOps, NOT_WRAPPED_LIMIT, notWrappedAnnotation, notWrappedWarnings, shortReason, WARNING_LIMIT, type RefusedContainer } from '../../src/webhook/admission.js';
 import { imageEntryFix } from '../../src/core/index.js';
-import { expiryNotice } from '../../src/webhook/certificate-expiry.js';
+import { expiryNotice, renewalFix } from '../../src/webhook/certificate-expiry.js';
 import { pointerSegment } from '../../src/core/index.js';
 import { ImageStartCache, DEFAULT_CACHE_SETTINGS, type Answer } from '../../src/webhook/image-starts.js';
 import { webhookMetrics } from '../../src/webhook/metrics.js';
@@ -20,7 +23,7 @@ import { watchFiles } from '../../src/webhook/watch.js';
 import type { RegistryOptions } from '../../src/registry/index.js';
 import { registryAllowed } from '../../src/registry/allow.js';
 import { DEFAULT_OPTIONS, type Options } from '../../src/core/index.js';
-import { registryPolicy } from '../../src/webhook/server.js';
+import { registryPolicy } from '../../src/registry/options.js';
 
 const registryOptions: RegistryOptions = { platform: 'linux/amd64', requestTimeoutMs: 100, totalTimeoutMs: 100, env: {} };
 const answer = (image: string): Answer => ({ image, entrypoint: ['vllm', 'serve'], cmd: [], digest: 'sha256:00', platform: 'linux/amd64', source: 'registry', checkedAt: '2026-12-04T00:00:00Z' });
@@ -53,7 +56,7 @@ describe('image-start cache', () => {
   });
 });
 
-describe('the registries the webhook may look up (issue 27 row 7)', () => {
+describe('the registries the webhook may look up (docs/webhook.md, Hardening row 7)', () => {
   const may = (registry: string, options: Partial<Options> = {}) => registryAllowed(registry, registryPolicy({ ...DEFAULT_OPTIONS, ...options }));
 
   it('by default: those of the built-in image table, at public addresses only; none a pod names', () => {
@@ -80,7 +83,7 @@ describe('the registries the webhook may look up (issue 27 row 7)', () => {
 describe('annotation ops', () => {
   const values = { 'vram-preflight.io/wrapped': 'model' };
   it('creates metadata.annotations where the pod has none, never metadata itself; adds a key beside others; nothing for a value already there', () => {
-    // No metadata object (absent, null, a string): no op, never one that replaces metadata (issue 26).
+    // No metadata object (absent, null, a string): no op, never one that replaces metadata (docs/webhook.md, What it does to a pod).
     for (const metadata of [undefined, null, 'x', 3, ['a']]) expect(annotationOps(metadata === undefined ? {} : { metadata }, values)).toEqual([]);
     expect(annotationOps({ metadata: { name: 'p' } }, values)).toEqual([{ op: 'add', path: '/metadata/annotations', value: values }]);
     expect(annotationOps({ metadata: { annotations: null } }, values)).toEqual([{ op: 'add', path: '/metadata/annotations', value: values }]);
@@ -229,7 +232,23 @@ describe('certificate expiry notice', () => {
   it('nothing outside the window; warn inside it, with the whole days left; error once passed', () => {
     expect(expiryNotice(now + 31 * day, now, 30)).toBeUndefined();
     expect(expiryNotice(now + 30 * day, now, 30)).toEqual({ level: 'warn', msg: 'certificate expires in 30 day(s)', daysLeft: 30 });
-    expect(expiryNotice(now + day / 2, now, 30)).toMatchObject({ level: 'warn', daysLeft: 0 });
+    expect(expiryNotice(now + day / 2, now, 30)).toEqual({ level: 'warn', msg: 'certificate expires in less than a day (12 h)', daysLeft: 0 });
     expect(expiryNotice(now - 1, now, 30)).toMatchObject({ level: 'error', msg: expect.stringMatching(/^certificate has expired/) });
+  });
+
+  it("the fix says how to renew the certificate at hand: a self-signed one (made by hand) by writing a new pair over the files; one a CA signed (the chart's, cert-manager's) the way each renews", () => {
+    const dir = mkdtempSync(path.join(tmpdir(), 'expiry-'));
+    try {
+      const pki = h.makePki(path.join(dir, 'pki'));
+      const signed = new X509Certificate(readFileSync(pki.leaf('webhook').cert));
+      execFileSync('openssl', ['req', '-x509', '-newkey', 'ec', '-pkeyopt', 'ec_paramgen_curve:prime256v1', '-nodes', '-days', '1', '-subj', '/CN=localhost', '-keyout', path.join(dir, 'tls.key'), '-out', path.join(dir, 'tls.crt')], { stdio: 'pipe' });
+      const byHand = new X509Certificate(readFileSync(path.join(dir, 'tls.crt')));
+      expect(renewalFix(byHand)).toMatch(/^renew it: a self-signed certificate \(made by hand, e\.g\. with openssl\) is renewed by writing a new certificate and key over the files/);
+      expect(renewalFix(signed)).toMatch(/^renew it: with cert-manager it renews by itself .* with the chart-generated certificate, helm upgrade renews it/);
+      // The CA itself is self-signed too: a certificate file that holds a CA is one of your own.
+      expect(renewalFix(new X509Certificate(readFileSync(pki.caCert)))).toContain('self-signed');
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
   });
 });

@@ -9,10 +9,10 @@
 import type { Options } from '../options.js';
 import { PreflightError, type DocumentRef, type ErrorDetails } from '../errors.js';
 import { ANNOTATION_CONTAINERS, ANNOTATION_SKIP, huggingfaceServerMayRunVllm, imageIsVllmFamily, isHuggingfaceServerImage, mentionsVllmFlag, nameSelected, otherEngine, runsHuggingfaceServer, runsOnCpu, shellRunsPreflight, startsRayNode, startsVllmInBackground, vllmEvidence } from './detect.js';
-import { nvidiaGpuSignals, otherAccelerators, SIGNALS_CHECKED, type DeviceClaims, type GpuSignal } from '../tables/gpu.js';
+import { nvidiaGpuSignals, otherAccelerators, SIGNALS_CHECKED, type DeviceClaims, type GpuFindings, type GpuSignal } from '../tables/gpu.js';
 import { asBashWord, joinsAsOneCommand, kuberayStart, RAY_OVERWRITE_ANNOTATION, type RayStart } from './kuberay.js';
 import { imageReferenceProblem, parseImage, repositoryMatches } from '../tables/image-ref.js';
-import { PREFLIGHT_MARKER_PREFIX, renderPreflightScript } from '../preflight.js';
+import { PREFLIGHT_MARKER_PREFIX, renderPreflightScript } from '../preflight/script.js';
 import type { KeptAnchors } from '../yaml/edit.js';
 import { isWrapped, resolveStart, WRAPPER_COMMAND, type ContainerStart, type StartEvidence, type StartSources } from './start.js';
 import { readUtilization, type EnvVar, type Utilization } from './utilization.js';
@@ -203,8 +203,221 @@ function keptAnchors(command: (string | undefined)[] | undefined, args: (string 
   return unwrap ? { command: inStart } : { args: [undefined, undefined, ...inStart] };
 }
 
+/** Why a container is not wrapped: its reason, and what its report says besides. */
+interface Refusal {
+  refused: string;
+  warnings?: string[];
+  notes?: string[];
+  /** A vLLM that should wait but cannot be waited on (a MIG instance): 'cannot-wrap', not 'skip'. */
+  cannotWrap?: true;
+  unknownDeviceClaims?: string[];
+}
+
+/** The one way a check below says no. */
+function refuse(reason: string, besides: Omit<Refusal, 'refused'> = {}): Refusal {
+  return { refused: reason, ...besides };
+}
+
+/** A container to wrap, and why (the reason its report gives). */
+interface Target {
+  because: string;
+}
+
+/** What the checks below read of one container. */
+interface Candidate {
+  container: Record<string, unknown>;
+  name: string;
+  image: string | undefined;
+  controls: PodControls;
+  options: Options;
+  gpu: GpuFindings;
+  /** Its start as the manifest writes it (an earlier wrap's, unwrapped). */
+  written: string[];
+  wrapped: boolean;
+  /** The manifest writes a command (or an earlier wrap, or KubeRay's join of command and args): that start alone decides. */
+  startWritten: boolean;
+  rayStart: RayStart | undefined;
+  /** Its start, the image's ENTRYPOINT/CMD resolved where the manifest gives no command (once, on first use). */
+  resolve: () => ContainerStart;
+}
+
+/** Whether to wrap: vLLM (by its image or its start), on an NVIDIA GPU, with a start of its own to wait before. */
+function verdict(c: Candidate): Refusal | Target {
+  if (c.controls.skip) return refuse(`opted out by annotation ${ANNOTATION_SKIP}`);
+  refuseImageNoRuntimePulls(c.image, c.controls.forced || imageIsVllmFamily(c.image) || vllmEvidence(c.written) !== undefined);
+  if (!c.wrapped && shellRunsPreflight(c.written, PREFLIGHT_MARKER_PREFIX)) return refuse('its shell script already runs the vram-preflight wait (a wrapped start that KubeRay joined into its bash -lc line)');
+  const ray = kuberayRefusal(c);
+  if (ray) return ray;
+  if (c.controls.forced) return { because: `named by annotation ${ANNOTATION_CONTAINERS}` };
+  if (!nameSelected(c.name, c.options.containerNames)) return refuse(`name not matched by containerNames (${c.options.containerNames.join(', ')})`);
+  const family = imageIsVllmFamily(c.image) || isHuggingfaceServerImage(c.image) || hasConfigEntry(c.image, c.options);
+  if (c.gpu.signals.length === 0) return noNvidiaGpu(c, family || vllmEvidence(c.written) !== undefined);
+  const vllm = vllmStart(c, family);
+  if ('refused' in vllm) return vllm;
+  return noWaitPossible(c) ?? { because: `${vllm.because}; NVIDIA GPU: ${c.gpu.signals.map((s) => s.detail).join(', ')}` };
+}
+
+/** KubeRay's Ray container: a start KubeRay writes itself (`ray start`), or joins into a bash line it cannot be wrapped in. */
+function kuberayRefusal(c: Candidate): Refusal | undefined {
+  const forced = c.controls.forced;
+  if (c.rayStart === 'ray-start') {
+    return refuse('KubeRay starts this Ray container as `ray start` (no command or args), whatever its image: not a vLLM start of its own', {
+      warnings: forced ? [`named by annotation ${ANNOTATION_CONTAINERS}, but KubeRay starts this Ray container as \`ray start\` (it gives no command or args): there is no start of its own to wait before, so it is not wrapped`] : [],
+      notes: c.gpu.signals.length ? ['a vLLM that Ray starts on this GPU node (a Ray Serve deployment, a Ray actor) is not wrapped: it has no container start of its own to wait before'] : [],
+    });
+  }
+  if (c.rayStart === 'joined' && !joinsAsOneCommand(c.written) && (forced || vllmEvidence(c.written) !== undefined)) {
+    const why = `KubeRay joins this Ray container's command and args with spaces into one \`bash -lc\` line before \`ray start\`, and this start is not one plain command there (quotes, operators or a script)`;
+    return refuse(`${why}: not wrapped`, {
+      warnings: forced ? [`named by annotation ${ANNOTATION_CONTAINERS}, but ${why}: not wrapped; write the start as plain words (command: ["vllm", "serve", …]) or set ${RAY_OVERWRITE_ANNOTATION}: "true"`] : [],
+    });
+  }
+  return undefined;
+}
+
+/** No NVIDIA GPU signal: why, for a container that looks like vLLM (by its image or its start) or not. */
+function noNvidiaGpu(c: Candidate, looksLikeVllm: boolean): Refusal {
+  const claims = c.gpu.unknownClaims;
+  if (!looksLikeVllm) return refuse('not vLLM (neither its image nor its start names vLLM), and no NVIDIA GPU');
+  if (claims.length) {
+    // Unknown is not absent: say which claim could not be read, not "no NVIDIA GPU".
+    return refuse(`GPU unknown: its DRA ${claims.join(', ')} is not in this render (or, at admission, could not be read), so whether it is an NVIDIA GPU cannot be told`, {
+      warnings: [`vLLM with DRA ${claims.join(', ')} defined outside this render: cannot tell whether it is an NVIDIA GPU, so it is not wrapped (name it in ${ANNOTATION_CONTAINERS} to wrap it)`],
+      notes: [`DRA claim unknown: ${claims.join(', ')}`],
+      unknownDeviceClaims: claims,
+    });
+  }
+  const others = otherAccelerators(c.container);
+  if (others.length) return refuse(`no NVIDIA GPU: it asks for ${others.join(', ')}, where there is no nvidia-smi to wait on`);
+  return refuse(`no NVIDIA GPU: checked ${SIGNALS_CHECKED}, none found, so there is no nvidia-smi to wait on (vLLM runs on the CPU or on another accelerator here; name it in ${ANNOTATION_CONTAINERS} if it does run on an NVIDIA GPU)`);
+}
+
+/** huggingfaceserver left to pick its backend: the warning its report carries. */
+function backendWarning(start: readonly string[]): Omit<Refusal, 'refused'> {
+  return huggingfaceServerMayRunVllm(start) ? { warnings: [HUGGINGFACESERVER_RUN_TIME_BACKEND] } : {};
+}
+
+/** Does the container start vLLM: by the start the manifest writes, else by its image's ENTRYPOINT (family images only; an unknown one is refused, never skipped). */
+function vllmStart(c: Candidate, family: boolean): Refusal | Target {
+  if (c.startWritten) {
+    const evidence = vllmEvidence(c.written);
+    if (!evidence && startsRayNode(c.written)) {
+      return refuse(`a Ray node (its start runs \`ray start\`): vLLM runs here, if at all, in actors the Ray head schedules (Ray Serve, vLLM's Ray executor), not as this container's start (name it in ${ANNOTATION_CONTAINERS} to wait before it joins Ray)`);
+    }
+    if (!evidence) return refuse(notVllmReason(c.written), backendWarning(c.written));
+    return { because: c.rayStart === 'joined' ? `${evidence} (KubeRay keeps it, joined into bash -lc before \`ray start\`)` : evidence };
+  }
+  if (family) {
+    const known = c.resolve();
+    const evidence = vllmEvidence(known.start);
+    if (!evidence && runsHuggingfaceServer(known.start)) return refuse('KServe huggingfaceserver without --backend=vllm', backendWarning(known.start));
+    if (!evidence) return refuse(`its start (${known.origin}) runs ${otherEngine(known.start) ?? known.start[0] ?? 'nothing'}, not vLLM`);
+    return { because: `${evidence} (${known.origin})` };
+  }
+  const flagWarning = `its args pass --gpu-memory-utilization (a vLLM flag) but the image is not known to run vLLM, so it is not wrapped: name it in ${ANNOTATION_CONTAINERS}, or add its image to the config file's images (like: vllm/vllm-openai for a mirror)`;
+  return refuse('not vLLM (neither its image nor its start names vLLM)', mentionsVllmFlag(c.written) ? { warnings: [flagWarning] } : {});
+}
+
+/** vLLM on an NVIDIA GPU that a wait cannot help: on the CPU, or on a MIG instance. */
+function noWaitPossible(c: Candidate): Refusal | undefined {
+  if (runsOnCpu(c.written)) return refuse('vLLM runs on CPU here (--device cpu)');
+  const mig = migSignals(c.gpu.signals);
+  if (!mig) return undefined;
+  return refuse(`on a MIG instance (${mig}): ${MIG_WHY}`, {
+    cannotWrap: true,
+    warnings: [`vLLM on a MIG instance (${mig}) is not wrapped: ${MIG_WHY}; its in-place restarts are as without vram-preflight`],
+  });
+}
+
+/** A refused container's report; one an earlier vram-preflight wrapped gets its original start back, which runs the same argv. */
+function refused(report: ContainerReport, refusal: Refusal, input: ContainerInput, start: { command: ArgvRead; args: ArgvRead; wrapped: boolean; written: string[] }): ContainerDecision {
+  report.reason = refusal.refused;
+  report.warnings.push(...(refusal.warnings ?? []));
+  report.notes.push(...(refusal.notes ?? []));
+  if (refusal.unknownDeviceClaims) report.unknownDeviceClaims = refusal.unknownDeviceClaims;
+  if (refusal.cannotWrap) report.action = 'cannot-wrap';
+  if (!start.wrapped) return { report };
+  report.action = 'unwrap';
+  report.reason += '; restoring the start an earlier vram-preflight wrapped';
+  const anchors = keptAnchors(start.command.anchors, start.args.anchors, true, 0, 0, true);
+  return { report, edit: { anchors, intended: { path: input.path, command: start.written, args: null } } };
+}
+
+/** The utilization vLLM will ask for, read from the start, and the warning when it is only the default. */
+function utilizationOf(container: Record<string, unknown>, start: readonly string[], input: ContainerInput, report: ContainerReport): Utilization {
+  const { options } = input;
+  const utilization = readUtilization({
+    start,
+    env: Array.isArray(container.env) ? (container.env as EnvVar[]) : [],
+    hasEnvFrom: Array.isArray(container.envFrom) && container.envFrom.length > 0,
+    annotation: input.controls.utilizationAnnotation,
+    // The option is a number (a flag, a variable, a config file's JSON): its shortest decimal spelling is the value given.
+    defaultValue: { text: String(options.defaultUtilization), value: options.defaultUtilization },
+    context: input.context,
+  });
+  const ownDefault = "vLLM's own default is 0.9 before v0.21 and 0.92 since, so pass the flag explicitly";
+  if (utilization.source === 'default') {
+    report.warnings.push(`no --gpu-memory-utilization: waiting for ${utilization.value} of each GPU; ${ownDefault}`);
+  } else if (utilization.runtime && utilization.defaulted) {
+    const names = utilization.runtime.words.flatMap((w) => ('variable' in w ? [`$${w.variable}`] : [])).join(', ');
+    report.warnings.push(`no --gpu-memory-utilization written: the preflight reads it from ${names} at run time, and waits for ${utilization.runtime.fallback.value} of each GPU when it is not there; ${ownDefault}`);
+  }
+  return utilization;
+}
+
+/** The preflight script for a container: the options, its utilization and its terminationMessagePath. */
+function scriptFor(container: Record<string, unknown>, utilization: Utilization, options: Options): string {
+  return preflightScript({
+    version: VERSION,
+    utilization: utilization.text ?? (utilization.runtime ? { words: utilization.runtime.words, fallback: utilization.runtime.fallback.text } : 'from-args'),
+    headroomMiB: options.headroomMiB,
+    contextMiB: options.contextMiB,
+    nvidiaSmiTimeoutSeconds: options.nvidiaSmiTimeoutSeconds,
+    timeoutSeconds: options.timeoutSeconds,
+    pollIntervalSeconds: options.pollIntervalSeconds,
+    logIntervalSeconds: options.logIntervalSeconds,
+    onNvidiaSmiUnavailable: options.onNvidiaSmiUnavailable,
+    terminationMessagePath: typeof container.terminationMessagePath === 'string' ? container.terminationMessagePath : '/dev/termination-log',
+  });
+}
+
+/** A target's report and its new start: the wait, then its start as it ran before (or `unchanged` when an earlier wrap already is exactly that). */
+function wrap(report: ContainerReport, c: Candidate, input: ContainerInput, argv: { command: ArgvRead; args: ArgvRead }): ContainerDecision {
+  const { options, controls } = input;
+  if (controls.forced && c.gpu.signals.length === 0) report.warnings.push('no NVIDIA GPU signal: the wait will see whatever GPUs nvidia-smi shows');
+  const forcedMig = controls.forced ? migSignals(c.gpu.signals) : undefined;
+  if (forcedMig) report.warnings.push(`named by annotation ${ANNOTATION_CONTAINERS} on a MIG instance (${forcedMig}): ${MIG_WHY}, so the wrapped start goes on to vLLM at once, with a note`);
+  const known = c.resolve();
+  report.startOrigin = known.origin;
+  report.startEvidence = known.evidence;
+  report.warnings.push(...known.warnings);
+  if (startsVllmInBackground(known.start)) {
+    report.notes.push('its shell script starts vLLM in the background (`vllm serve … &`): the wait runs once before the script, not before a vLLM the script restarts itself');
+  }
+  const utilization = utilizationOf(c.container, known.start, input, report);
+  report.utilization = utilization;
+  report.probeBudgetSeconds = probeBudget(c.container);
+  if (report.probeBudgetSeconds !== undefined && options.timeoutSeconds >= report.probeBudgetSeconds) {
+    const which = c.container.startupProbe ? 'startupProbe' : 'livenessProbe';
+    report.warnings.push(`preflight timeout ${options.timeoutSeconds}s is not below the ${which} budget of ${report.probeBudgetSeconds}s: the kubelet, not the preflight, would end a long wait, without saying why`);
+  }
+  const script = scriptFor(c.container, utilization, options);
+  // Under KubeRay's join the script must stay one bash word.
+  const newArgs = [c.rayStart === 'joined' ? asBashWord(script) : script, '--', ...known.start];
+  const { command, args } = argv;
+  if (c.wrapped && args.items!.length === newArgs.length && args.items!.every((item, i) => item === newArgs[i])) {
+    report.action = 'unchanged';
+    report.reason += '; already wrapped by this version with these options';
+    return { report };
+  }
+  report.action = c.wrapped ? 'rewrap' : 'wrap';
+  const fromImage = command.items === null && !c.wrapped ? known.start.length - (args.items?.length ?? 0) : 0;
+  const anchors = keptAnchors(command.anchors, args.anchors, c.wrapped, command.items?.length ?? 0, fromImage, false);
+  return { report, edit: { anchors, intended: { path: input.path, command: WRAPPER_COMMAND, args: newArgs } } };
+}
+
 export function decideContainer(input: ContainerInput, base: Pick<ContainerReport, 'document' | 'workload' | 'template'>): ContainerDecision {
-  const { value: container, options, controls, context } = input;
+  const { value: container, context } = input;
   const name = String(container.name ?? '?');
   const image = typeof container.image === 'string' ? container.image : undefined;
   const gpu = nvidiaGpuSignals({ container, podSpec: input.podSpec, claims: input.claims });
@@ -227,141 +440,12 @@ export function decideContainer(input: ContainerInput, base: Pick<ContainerRepor
         rayStart === 'joined'
           ? { start: written, origin: 'command + args, which KubeRay runs joined in bash -lc before `ray start`', evidence: { source: wrapped ? 'wrapped' : 'command', detail: 'joined by KubeRay' }, wrappedBefore: wrapped, warnings: [] }
           : resolveStart({ command: command.items, args: args.items, image, rayPod: input.ray !== undefined }, input.sources, context, input.onWanted));
-
-    let cannotWrap = false;
-    const skipBecause = ((): string | undefined => {
-      if (controls.skip) return `opted out by annotation ${ANNOTATION_SKIP}`;
-      refuseImageNoRuntimePulls(image, controls.forced || imageIsVllmFamily(image) || vllmEvidence(written) !== undefined);
-      if (!wrapped && shellRunsPreflight(written, PREFLIGHT_MARKER_PREFIX)) return 'its shell script already runs the vram-preflight wait (a wrapped start that KubeRay joined into its bash -lc line)';
-      if (rayStart === 'ray-start') {
-        if (controls.forced) report.warnings.push(`named by annotation ${ANNOTATION_CONTAINERS}, but KubeRay starts this Ray container as \`ray start\` (it gives no command or args): there is no start of its own to wait before, so it is not wrapped`);
-        if (gpu.signals.length) report.notes.push('a vLLM that Ray starts on this GPU node (a Ray Serve deployment, a Ray actor) is not wrapped: it has no container start of its own to wait before');
-        return `KubeRay starts this Ray container as \`ray start\` (no command or args), whatever its image: not a vLLM start of its own`;
-      }
-      if (rayStart === 'joined' && !joinsAsOneCommand(written) && (controls.forced || vllmEvidence(written) !== undefined)) {
-        const why = `KubeRay joins this Ray container's command and args with spaces into one \`bash -lc\` line before \`ray start\`, and this start is not one plain command there (quotes, operators or a script)`;
-        if (controls.forced) report.warnings.push(`named by annotation ${ANNOTATION_CONTAINERS}, but ${why}: not wrapped; write the start as plain words (command: ["vllm", "serve", …]) or set ${RAY_OVERWRITE_ANNOTATION}: "true"`);
-        return `${why}: not wrapped`;
-      }
-      if (controls.forced) return undefined;
-      if (!nameSelected(name, options.containerNames)) return `name not matched by containerNames (${options.containerNames.join(', ')})`;
-      const family = imageIsVllmFamily(image) || isHuggingfaceServerImage(image) || hasConfigEntry(image, options);
-      const runsVllmAsWritten = vllmEvidence(written) !== undefined;
-      if (gpu.signals.length === 0) {
-        if (gpu.unknownClaims.length && (family || runsVllmAsWritten)) {
-          report.warnings.push(`vLLM with DRA ${gpu.unknownClaims.join(', ')} defined outside this render: cannot tell whether it is an NVIDIA GPU, so it is not wrapped (name it in ${ANNOTATION_CONTAINERS} to wrap it)`);
-          report.notes.push(`DRA claim unknown: ${gpu.unknownClaims.join(', ')}`);
-          report.unknownDeviceClaims = gpu.unknownClaims;
-          // Unknown is not absent: say which claim could not be read, not "no NVIDIA GPU".
-          return `GPU unknown: its DRA ${gpu.unknownClaims.join(', ')} is not in this render (or, at admission, could not be read), so whether it is an NVIDIA GPU cannot be told`;
-        }
-        const others = otherAccelerators(container);
-        if ((family || runsVllmAsWritten) && others.length) return `no NVIDIA GPU: it asks for ${others.join(', ')}, where there is no nvidia-smi to wait on`;
-        if (family || runsVllmAsWritten) return `no NVIDIA GPU: checked ${SIGNALS_CHECKED}, none found, so there is no nvidia-smi to wait on (vLLM runs on the CPU or on another accelerator here; name it in ${ANNOTATION_CONTAINERS} if it does run on an NVIDIA GPU)`;
-        return 'not vLLM (neither its image nor its start names vLLM), and no NVIDIA GPU';
-      }
-      if (command.items !== null || wrapped || rayStart === 'joined') {
-        // The start is written in the manifest: it alone decides.
-        const evidence = vllmEvidence(written);
-        if (!evidence && startsRayNode(written)) {
-          return `a Ray node (its start runs \`ray start\`): vLLM runs here, if at all, in actors the Ray head schedules (Ray Serve, vLLM's Ray executor), not as this container's start (name it in ${ANNOTATION_CONTAINERS} to wait before it joins Ray)`;
-        }
-        if (!evidence) {
-          if (huggingfaceServerMayRunVllm(written)) report.warnings.push(HUGGINGFACESERVER_RUN_TIME_BACKEND);
-          return notVllmReason(written);
-        }
-        report.reason = rayStart === 'joined' ? `${evidence} (KubeRay keeps it, joined into bash -lc before \`ray start\`)` : evidence;
-      } else if (family) {
-        // No command: the image's ENTRYPOINT decides; an unknown one is refused, never skipped.
-        const known = resolve();
-        const evidence = vllmEvidence(known.start);
-        if (!evidence && runsHuggingfaceServer(known.start)) {
-          if (huggingfaceServerMayRunVllm(known.start)) report.warnings.push(HUGGINGFACESERVER_RUN_TIME_BACKEND);
-          return 'KServe huggingfaceserver without --backend=vllm';
-        }
-        if (!evidence) return `its start (${known.origin}) runs ${otherEngine(known.start) ?? known.start[0] ?? 'nothing'}, not vLLM`;
-        report.reason = `${evidence} (${known.origin})`;
-      } else {
-        if (mentionsVllmFlag(written)) report.warnings.push(`its args pass --gpu-memory-utilization (a vLLM flag) but the image is not known to run vLLM, so it is not wrapped: name it in ${ANNOTATION_CONTAINERS}, or add its image to the config file's images (like: vllm/vllm-openai for a mirror)`);
-        return 'not vLLM (neither its image nor its start names vLLM)';
-      }
-      if (runsOnCpu(written)) return 'vLLM runs on CPU here (--device cpu)';
-      const mig = migSignals(gpu.signals);
-      if (mig) {
-        cannotWrap = true;
-        report.warnings.push(`vLLM on a MIG instance (${mig}) is not wrapped: ${MIG_WHY}; its in-place restarts are as without vram-preflight`);
-        return `on a MIG instance (${mig}): ${MIG_WHY}`;
-      }
-      report.reason += `; NVIDIA GPU: ${report.gpus.join(', ')}`;
-      return undefined;
-    })();
-    if (controls.forced) report.reason = `named by annotation ${ANNOTATION_CONTAINERS}`;
-
-    if (skipBecause !== undefined) {
-      report.reason = skipBecause;
-      if (cannotWrap) report.action = 'cannot-wrap';
-      if (!wrapped) return { report };
-      // No longer a target: give it back its original start, which runs the same argv.
-      report.action = 'unwrap';
-      report.reason += '; restoring the start an earlier vram-preflight wrapped';
-      const anchors = keptAnchors(command.anchors, args.anchors, true, 0, 0, true);
-      return { report, edit: { anchors, intended: { path: input.path, command: written, args: null } } };
-    }
-    if (controls.forced && gpu.signals.length === 0) report.warnings.push('no NVIDIA GPU signal: the wait will see whatever GPUs nvidia-smi shows');
-    const forcedMig = controls.forced ? migSignals(gpu.signals) : undefined;
-    if (forcedMig) report.warnings.push(`named by annotation ${ANNOTATION_CONTAINERS} on a MIG instance (${forcedMig}): ${MIG_WHY}, so the wrapped start goes on to vLLM at once, with a note`);
-
-    const known = resolve();
-    report.startOrigin = known.origin;
-    report.startEvidence = known.evidence;
-    report.warnings.push(...known.warnings);
-    if (startsVllmInBackground(known.start)) {
-      report.notes.push('its shell script starts vLLM in the background (`vllm serve … &`): the wait runs once before the script, not before a vLLM the script restarts itself');
-    }
-    const utilization = readUtilization({
-      start: known.start,
-      env: Array.isArray(container.env) ? (container.env as EnvVar[]) : [],
-      hasEnvFrom: Array.isArray(container.envFrom) && container.envFrom.length > 0,
-      annotation: controls.utilizationAnnotation,
-      defaultValue: options.defaultUtilization,
-      context,
-    });
-    report.utilization = utilization;
-    if (utilization.source === 'default') {
-      report.warnings.push(`no --gpu-memory-utilization: waiting for ${utilization.value} of each GPU; vLLM's own default is 0.9 before v0.21 and 0.92 since, so pass the flag explicitly`);
-    } else if (utilization.runtime && utilization.defaulted) {
-      const names = utilization.runtime.words.flatMap((w) => ('variable' in w ? [`$${w.variable}`] : [])).join(', ');
-      report.warnings.push(`no --gpu-memory-utilization written: the preflight reads it from ${names} at run time, and waits for ${utilization.runtime.fallback} of each GPU when it is not there; vLLM's own default is 0.9 before v0.21 and 0.92 since, so pass the flag explicitly`);
-    }
-    report.probeBudgetSeconds = probeBudget(container);
-    if (report.probeBudgetSeconds !== undefined && options.timeoutSeconds >= report.probeBudgetSeconds) {
-      const which = container.startupProbe ? 'startupProbe' : 'livenessProbe';
-      report.warnings.push(`preflight timeout ${options.timeoutSeconds}s is not below the ${which} budget of ${report.probeBudgetSeconds}s: the kubelet, not the preflight, would end a long wait, without saying why`);
-    }
-    const terminationMessagePath = typeof container.terminationMessagePath === 'string' ? container.terminationMessagePath : '/dev/termination-log';
-    const script = preflightScript({
-      version: VERSION,
-      utilization: utilization.value ?? utilization.runtime ?? 'from-args',
-      headroomMiB: options.headroomMiB,
-      contextMiB: options.contextMiB,
-      nvidiaSmiTimeoutSeconds: options.nvidiaSmiTimeoutSeconds,
-      timeoutSeconds: options.timeoutSeconds,
-      pollIntervalSeconds: options.pollIntervalSeconds,
-      logIntervalSeconds: options.logIntervalSeconds,
-      onNvidiaSmiUnavailable: options.onNvidiaSmiUnavailable,
-      terminationMessagePath,
-    });
-    // Under KubeRay's join the script must stay one bash word.
-    const newArgs = [rayStart === 'joined' ? asBashWord(script) : script, '--', ...known.start];
-    if (wrapped && args.items!.length === newArgs.length && args.items!.every((item, i) => item === newArgs[i])) {
-      report.action = 'unchanged';
-      report.reason += '; already wrapped by this version with these options';
-      return { report };
-    }
-    report.action = wrapped ? 'rewrap' : 'wrap';
-    const fromImage = command.items === null && !wrapped ? known.start.length - (args.items?.length ?? 0) : 0;
-    const anchors = keptAnchors(command.anchors, args.anchors, wrapped, command.items?.length ?? 0, fromImage, false);
-    return { report, edit: { anchors, intended: { path: input.path, command: WRAPPER_COMMAND, args: newArgs } } };
+    const startWritten = command.items !== null || wrapped || rayStart === 'joined';
+    const candidate: Candidate = { container, name, image, controls: input.controls, options: input.options, gpu, written, wrapped, startWritten, rayStart, resolve };
+    const decided = verdict(candidate);
+    if ('refused' in decided) return refused(report, decided, input, { command, args, wrapped, written });
+    report.reason = decided.because;
+    return wrap(report, candidate, input, { command, args });
   } catch (caught) {
     if (!(caught instanceof PreflightError)) throw caught;
     // The script renderer knows values, not containers: name the container in its errors.

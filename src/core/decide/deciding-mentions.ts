@@ -114,6 +114,26 @@ function scanLine(lower: string, from: number, to: number, state: LineState): vo
   }
 }
 
+/** What makes a line change how the lines below are read: a quote, a flow bracket, a block scalar's indicator. */
+const LINE_STATE_CHARACTERS = ['"', "'", '[', '{', '|', '>'];
+
+/**
+ * The offset of the first of LINE_STATE_CHARACTERS at or after `from` (Infinity when none), for
+ * `from` that only grows: each character's next place is searched for once and kept until passed,
+ * so the text is searched once in all, however many lines ask.
+ */
+function lineStateFinder(lower: string): (from: number) => number {
+  const next = LINE_STATE_CHARACTERS.map((c) => lower.indexOf(c));
+  return (from) => {
+    let first = Infinity;
+    for (let k = 0; k < next.length; k++) {
+      if (next[k] !== -1 && next[k]! < from) next[k] = lower.indexOf(LINE_STATE_CHARACTERS[k]!, from);
+      if (next[k] !== -1 && next[k]! < first) first = next[k]!;
+    }
+    return first;
+  };
+}
+
 /** The start of every mention of `words` in `lower`, in order. */
 function mentionStarts(lower: string, words: readonly string[]): number[] {
   const starts: number[] = [];
@@ -130,6 +150,7 @@ function mentionStarts(lower: string, words: readonly string[]): number[] {
  */
 export function mentionMayDecide(lower: string, words: readonly string[]): boolean {
   const mentions = mentionStarts(lower, words);
+  const nextStateCharacter = lineStateFinder(lower);
   const state: LineState = { quote: 0, depth: 0, block: false };
   /** Lines indented more than this belong to a block scalar an earlier line may have opened; -1: none. */
   let blockIndent = -1;
@@ -141,6 +162,13 @@ export function mentionMayDecide(lower: string, words: readonly string[]): boole
     if (to === -1) to = lower.length;
     const mentioned = mentions[next]! < to;
     while (next < mentions.length && mentions[next]! < to) next++;
+    // A line that mentions no word, outside any block scalar, quote or flow collection, and holds no
+    // quote, bracket or block indicator, changes nothing the lines below are read by: skipped
+    // unread (read, it would be a simple line, or one whose scan leaves the state as it is).
+    if (!mentioned && blockIndent < 0 && state.quote === 0 && state.depth === 0 && nextStateCharacter(from) >= to) {
+      from = to + 1;
+      continue;
+    }
     let indent = from;
     while (indent < to && lower.charCodeAt(indent) === SPACE) indent++;
     const blank = indent === to || (indent === to - 1 && lower.charCodeAt(indent) === CR);

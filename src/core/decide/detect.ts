@@ -56,7 +56,7 @@ export function argvStartsVllm(argv: readonly string[], depth = 0): boolean {
  * order; [] for a start that is no shell script. A script without the letters `vllm` is not
  * read (the render asks for every container).
  */
-export function vllmCommands(argv: readonly string[], depth = 0): ShellCommand[] {
+function vllmCommands(argv: readonly string[], depth = 0): ShellCommand[] {
   const start = withoutLaunchers(argv);
   if (!SHELLS.has(basename(start[0] ?? '')) || depth > MAX_SHELL_DEPTH || !start.slice(1).some((item) => item.includes('vllm'))) return [];
   return scriptCommands(start).filter((command) => argvStartsVllm(command.words, depth + 1));
@@ -277,11 +277,6 @@ function engineFlagEvidence(argv: readonly string[], depth = 0): string | undefi
   if (program === '' || program.startsWith('-') || program === 'ray' || otherEngine(start) || isHuggingfaceServerProgram(start) || !mentionsVllmFlag(start)) return undefined;
   const shown = isPythonProgram(program) && start[1] !== undefined && !start[1].startsWith('-') ? `${program} ${start[1]}` : program;
   return `its start passes vLLM's engine flag --gpu-memory-utilization to ${shown}, which runs vLLM's engine (and its start-up check) in its process`;
-}
-
-/** Where the argv's evidence is vLLM's engine flag rather than a known vLLM start. */
-export function runsVllmByEngineFlag(argv: readonly string[]): boolean {
-  return !argvStartsVllm(argv) && huggingfaceServerEvidence(argv) === undefined && engineFlagEvidence(argv) !== undefined;
 }
 
 /**

@@ -14,7 +14,7 @@ import { decideContainer, type ArgvReader, type ContainerEdit, type ContainerRep
 import { ANNOTATION_CONTAINERS, ANNOTATION_SKIP, ANNOTATION_UTILIZATION } from './detect.js';
 import type { StartSources } from './start.js';
 import { overwriteRequested, RAY_CONTAINER_INDEX, RAY_OVERWRITE_ANNOTATION, rayServeRunsVllm } from './kuberay.js';
-import { containersStartingVllm, mentionsVllm } from './unrecognised.js';
+import { containersStartingVllm, mentionsVllm, vllmImageWithoutContainers } from './unrecognised.js';
 import { unwrappedGpuWorkers } from './multinode.js';
 
 
@@ -189,7 +189,14 @@ export function visitObject(visit: ObjectVisit, value: unknown, at: readonly (st
  * GPU: left as it is, but never in silence.
  */
 function warnUnknownKind(visit: ObjectVisit, object: Plain, workload: string, where: string): void {
-  for (const found of containersStartingVllm(object, visit.claims)) {
+  const starting = containersStartingVllm(object, visit.claims);
+  const named = starting.length === 0 ? vllmImageWithoutContainers(object) : undefined;
+  if (named) {
+    // An operator's resource: its pods are created later, by the operator, where the webhook can wrap them.
+    const reason = `mentions vLLM, cannot be wrapped here: kind ${String(object.kind)} (${String(object.apiVersion)}) is not one vram-preflight knows and has no containers of its own; it names the vLLM image at ${where}${formatPath(named.path)}, so whatever reconciles it (its operator) creates the pods at run time: the admission webhook wraps those pods when they are created (docs/webhook.md)`;
+    visit.result.containers.push({ document: visit.ref, workload, template: `${where}(object)`, container: '-', initContainer: false, image: named.image, action: 'cannot-wrap', reason, gpus: [], gpuSignals: [], warnings: [], notes: [] });
+  }
+  for (const found of starting) {
     const path = `${where}${formatPath(found.path)}`;
     const what = found.evidence === 'start' ? 'this one starts vLLM' : 'this one has a vLLM image and no command of its own (its image, or whatever creates its pods, decides its start: it may start vLLM)';
     const reason = `kind ${String(object.kind)} (${String(object.apiVersion)}) is not one vram-preflight knows, so its containers are not wrapped: ${what} on an NVIDIA GPU (${found.gpus.join(', ')})`;

@@ -14,7 +14,7 @@ import { effectiveTag, parseImage, repositoryForConfig, repositoryMatches, type 
 import { findKnownImage, isKnownRepository, lookAlikeRepository, whyUnplaced, type KnownImage } from '../tables/images.js';
 import type { ImageStart, RegistryLookupMode } from '../options.js';
 import { globMatches } from './glob.js';
-import { PREFLIGHT_MARKER_PREFIX } from '../preflight.js';
+import { PREFLIGHT_MARKER_PREFIX } from '../preflight/script.js';
 
 /** What an image's registry says it runs (src/registry looks it up at a door's edge). */
 export interface ImageStartAnswer {
@@ -43,6 +43,8 @@ export interface LookupFailure {
   /** One line: why. */
   error: string;
   kind?: LookupFailureKind;
+  /** The lookup policy refused the registry by name, before any connection (registryAllow would let it be asked). */
+  notAllowed?: true;
 }
 
 export const WRAPPER_COMMAND: readonly string[] = ['/bin/sh', '-ec'];
@@ -114,6 +116,8 @@ interface Attempts {
   registry?: string;
   /** The image whose answer the registry lookup should fetch (the CLI does it, then runs again). */
   wanted?: string;
+  /** The registry may not be asked (the lookup policy). */
+  notAllowed?: boolean;
 }
 
 function configEntryMatches(entry: ImageStart, image: ImageReference): boolean {
@@ -177,6 +181,7 @@ function fromRegistry(image: ImageReference, sources: StartSources, attempts: At
   }
   if ('error' in answer) {
     attempts.registry = `lookup failed: ${answer.error}`;
+    attempts.notAllowed = answer.notAllowed === true;
     return undefined;
   }
   const when = answer.source === 'registry' ? 'read from the registry' : answer.source === 'cache' ? 'registry answer from the cache' : 'STALE registry answer from the cache';
@@ -215,7 +220,7 @@ export interface ImageEntryFix {
 
 /**
  * The entry for `raw` (an image as written); `lookupFailed`: the registry was not read here,
- * because it did not answer or, with `notAllowed`, because the webhook may not ask it.
+ * because it did not answer or, with `notAllowed`, because the lookup policy does not let it be asked.
  */
 export function imageEntryFix(raw: string, hasArgs: boolean, lookupFailed: boolean, notAllowed = false): ImageEntryFix {
   const image = parseImage(raw);
@@ -229,7 +234,7 @@ export function imageEntryFix(raw: string, hasArgs: boolean, lookupFailed: boole
   const howToRead = !lookupFailed
     ? `\`vram-preflight resolve ${raw.trim()}\` prints this entry from the registry`
     : notAllowed
-      ? `the webhook may not ask its registry (registryAllow in the config would let it), so ${pulled}`
+      ? `its registry is not one lookups may ask (registryAllow in the config would let it), so ${pulled}`
       : `the registry did not answer from here, so ${pulled}`;
   return { repository, pin, needsCmd: !hasArgs, howToRead };
 }
@@ -244,8 +249,8 @@ export function imageEntryYaml(fix: ImageEntryFix, indent: string): string[] {
 }
 
 /** The exact config snippet (and chart alternative) that places this image, for the refusal. */
-function fixFor(image: ImageReference, hasArgs: boolean, rayPod: boolean, lookupFailed: boolean): string {
-  const fix = imageEntryFix(image.raw, hasArgs, lookupFailed);
+function fixFor(image: ImageReference, hasArgs: boolean, rayPod: boolean, lookupFailed: boolean, notAllowed: boolean): string {
+  const fix = imageEntryFix(image.raw, hasArgs, lookupFailed, notAllowed);
   const lines: string[] = fix.like !== undefined
     ? [`this looks like a mirror of ${fix.like}: add to the config file (--config)`, `  images:`, ...imageEntryYaml(fix, '    ')]
     : [`pin the image's start in the config file (--config); ${fix.howToRead}:`, `  images:`, ...imageEntryYaml(fix, '    ')];
@@ -289,7 +294,7 @@ export function resolveStart(container: StartInput, sources: StartSources, conte
     const tried = [attempts.config, attempts.table, attempts.registry].filter(Boolean).join('; ');
     throw new PreflightError('UNKNOWN_START', `the container gives no command, so it runs the image's ENTRYPOINT, which is not known for sure: ${tried}`, {
       ...context,
-      fix: fixFor(reference, args !== null, container.rayPod === true, attempts.registry?.startsWith('lookup failed') === true),
+      fix: fixFor(reference, args !== null, container.rayPod === true, attempts.registry?.startsWith('lookup failed') === true, attempts.notAllowed === true),
     });
   }
   const entrypoint = known.entrypoint.map(escapeForKubelet);

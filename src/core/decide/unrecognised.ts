@@ -60,6 +60,39 @@ export function containersStartingVllm(object: Plain, claims: DeviceClaims): Unr
   return found;
 }
 
+/**
+ * A vLLM image named by a custom resource that has no `containers` list anywhere:
+ * under a key ending in `image` (`image`, `vllmImage`, `runtimeImage`: an
+ * operator's CRD chooses), as a string or as a mapping's `repository`. Such an
+ * object (geeper-io/llm-operator's LMDeployment, say) is an operator's
+ * resource: the operator creates its pods at run time, and nothing in the
+ * object itself is a container start to wrap.
+ */
+export function vllmImageWithoutContainers(object: Plain): { image: string; path: (string | number)[] } | undefined {
+  // A Kubernetes object of an API group (a custom resource), not a values file that happens to name an image.
+  if (typeof object.kind !== 'string' || typeof object.apiVersion !== 'string' || !object.apiVersion.includes('/')) return undefined;
+  let found: { image: string; path: (string | number)[] } | undefined;
+  let containers = false;
+  const walk = (value: unknown, path: (string | number)[], depth: number): void => {
+    if (containers || depth > MAX_DEPTH || !value || typeof value !== 'object') return;
+    if (Array.isArray(value)) {
+      value.forEach((item, i) => walk(item, [...path, i], depth + 1));
+      return;
+    }
+    for (const [key, child] of Object.entries(value as Plain)) {
+      if (key === 'containers' && Array.isArray(child)) containers = true;
+      if (found === undefined && key.toLowerCase().endsWith('image')) {
+        const repository = asObject(child)?.repository;
+        const image = typeof child === 'string' ? child : typeof repository === 'string' ? repository : undefined;
+        if (imageIsVllmFamily(image)) found = { image: image!, path: [...path, key] };
+      }
+      walk(child, [...path, key], depth + 1);
+    }
+  };
+  walk(object, [], 0);
+  return containers ? undefined : found;
+}
+
 /** The object's text names vLLM somewhere (an OpenShift Template's objects are named only then). */
 export function mentionsVllm(value: unknown): boolean {
   return /vllm/i.test(JSON.stringify(value) ?? '');

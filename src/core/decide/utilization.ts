@@ -5,6 +5,7 @@
  * model (too much) or lets the race through (too little).
  */
 import { PreflightError, type ErrorDetails } from '../errors.js';
+import { roundUtilizationUp, type RuntimeWord } from '../preflight/settings.js';
 import { readPythonFloat } from '../python-float.js';
 import { vllmCommandLine } from './detect.js';
 import { isShellName } from './shell-script.js';
@@ -15,12 +16,23 @@ const KUBE_REFERENCE = /^\$\(([^)]+)\)$/;
 
 export type UtilizationSource = 'args' | 'annotation' | 'default' | 'runtime';
 
-/** A word of vLLM's command line as the preflight reads it at run time: as written, or a variable's value split by the shell. */
-export type RuntimeWord = { literal: string } | { variable: string };
+export type { RuntimeWord };
+
+/**
+ * A utilization as written and as read: the decimal text the preflight is given (it rounds the
+ * digits up, src/core/preflight/settings.ts, never a binary float), and the number vLLM's
+ * float() makes of it, which reports and messages show.
+ */
+export interface Fraction {
+  text: string;
+  value: number;
+}
 
 export interface Utilization {
-  /** The fraction; absent when the script reads it at run time (source 'runtime'). */
+  /** The fraction, as vLLM reads it; absent when the script reads it at run time (source 'runtime'). */
   value?: number;
+  /** The same, as the decimal text it was written in: what the script is given. Present with value. */
+  text?: string;
   source: UtilizationSource;
   /** Where it was read, for messages (`args[13]`, `env GPU_UTIL via args[13]`, an annotation). */
   origin: string;
@@ -30,7 +42,7 @@ export interface Utilization {
    * and the value vLLM gets when they hold no --gpu-memory-utilization. Absent: the preflight
    * reads its own argv (a `$(VAR)` the kubelet expands).
    */
-  runtime?: { words: RuntimeWord[]; fallback: number };
+  runtime?: { words: RuntimeWord[]; fallback: Fraction };
   /** The value, or the run-time reading's fallback, is the default: no --gpu-memory-utilization is written. */
   defaulted?: true;
 }
@@ -46,7 +58,8 @@ export interface UtilizationInput {
   env: readonly EnvVar[];
   hasEnvFrom: boolean;
   annotation?: { key: string; value: string };
-  defaultValue: number;
+  /** The utilization assumed without a --gpu-memory-utilization (the option defaultUtilization). */
+  defaultValue: Fraction;
   context: ErrorDetails;
 }
 
@@ -107,16 +120,20 @@ export function isPythonFloatText(text: string): boolean {
   return parts !== undefined && parts.sign !== '-';
 }
 
-export function parseUtilizationValue(raw: string, where: string, context: ErrorDetails, shown = `"${raw}"`): number {
+/**
+ * A --gpu-memory-utilization as vLLM reads it (float(), 0 < u <= 1) and as the script will: its
+ * digits rounded up to 6 decimals must be at most 1 too (`1.00000000000000001` is 1 to float()).
+ */
+function parseUtilizationValue(raw: string, where: string, context: ErrorDetails, shown = `"${raw}"`): Fraction {
   const text = raw.trim();
   const value = isPythonFloatText(text) ? Number(text.replaceAll('_', '')) : Number.NaN;
-  if (!(value > 0 && value <= 1)) {
+  if (!(value > 0 && value <= 1) || roundUtilizationUp(text) === undefined) {
     throw new PreflightError('BAD_UTILIZATION', `--gpu-memory-utilization ${shown} (${where}) is not a number in (0, 1]`, {
       ...context,
       fix: 'give vLLM a fraction such as 0.9 (vLLM rejects anything else at start-up too)',
     });
   }
-  return value;
+  return { text, value };
 }
 
 const ANNOTATION_FIX = 'set the annotation vram-preflight.io/gpu-memory-utilization: "<the value>" on the pod template';
@@ -282,7 +299,7 @@ function readFromScript(segments: Segment[], input: UtilizationInput): Utilizati
     source: 'runtime',
     origin: flagWritten
       ? `--gpu-memory-utilization ${names} in the shell script that starts vLLM (a value known only when the container starts): the preflight reads the variable at run time`
-      : `${names}, which the shell script that starts vLLM expands into vLLM's command line (their values are known only when the container starts): the preflight reads the last --gpu-memory-utilization there at run time, else ${fallback} (${known ? known.origin : 'the default'})`,
+      : `${names}, which the shell script that starts vLLM expands into vLLM's command line (their values are known only when the container starts): the preflight reads the last --gpu-memory-utilization there at run time, else ${fallback.value} (${known ? known.origin : 'the default'})`,
     runtime: { words, fallback },
     ...(known || flagWritten ? {} : { defaulted: true as const }),
   };
@@ -293,17 +310,18 @@ export function readUtilization(input: UtilizationInput): Utilization {
   const segments = commandSegments(input);
   const fromScript = segments ? readFromScript(segments, input) : undefined;
   if (fromScript !== undefined && fromScript !== 'unreadable' && isUtilization(fromScript)) {
-    if (input.annotation) return { value: parseUtilizationValue(input.annotation.value, `annotation ${input.annotation.key}`, context), source: 'annotation', origin: `annotation ${input.annotation.key}` };
+    if (input.annotation) return { ...parseUtilizationValue(input.annotation.value, `annotation ${input.annotation.key}`, context), source: 'annotation', origin: `annotation ${input.annotation.key}` };
     return fromScript;
   }
   const inArgv = segments ? fromScript : findInArgv(input.start);
   if (input.annotation) {
-    const value = parseUtilizationValue(input.annotation.value, `annotation ${input.annotation.key}`, context);
+    const annotated = parseUtilizationValue(input.annotation.value, `annotation ${input.annotation.key}`, context);
     if (inArgv !== undefined && inArgv !== 'unreadable') {
       const found = resolveReference(inArgv, input);
       if (!isUtilization(found)) {
+        // Compared as vLLM reads them: the same float, however written.
         const fromArgs = parseUtilizationValue(found.raw, found.origin, context, found.shown);
-        if (fromArgs !== value) {
+        if (fromArgs.value !== annotated.value) {
           throw new PreflightError('BAD_ANNOTATION', `annotation ${input.annotation.key}: "${input.annotation.value}" contradicts --gpu-memory-utilization ${found.shown ?? found.raw} (${found.origin})`, {
             ...context,
             fix: 'remove the annotation: it is only needed when the value cannot be read from the args',
@@ -311,7 +329,7 @@ export function readUtilization(input: UtilizationInput): Utilization {
         }
       }
     }
-    return { value, source: 'annotation', origin: `annotation ${input.annotation.key}` };
+    return { ...annotated, source: 'annotation', origin: `annotation ${input.annotation.key}` };
   }
   if (inArgv === 'unreadable') {
     throw new PreflightError('UNREADABLE_UTILIZATION', '--gpu-memory-utilization appears in the start but its value cannot be read for sure (computed inside a shell command, or given without a value)', {
@@ -322,7 +340,7 @@ export function readUtilization(input: UtilizationInput): Utilization {
   if (inArgv) {
     const found = resolveReference(inArgv, input);
     if (isUtilization(found)) return found;
-    return { value: parseUtilizationValue(found.raw, found.origin, context, found.shown), source: 'args', origin: found.origin };
+    return { ...parseUtilizationValue(found.raw, found.origin, context, found.shown), source: 'args', origin: found.origin };
   }
   if (input.start.some((item) => item === '--config' || item.startsWith('--config='))) {
     throw new PreflightError('UNREADABLE_UTILIZATION', 'vLLM reads a --config file here, which may set gpu_memory_utilization', {
@@ -330,5 +348,5 @@ export function readUtilization(input: UtilizationInput): Utilization {
       fix: `${ANNOTATION_FIX}, or also pass --gpu-memory-utilization in the args`,
     });
   }
-  return { value: input.defaultValue, source: 'default', origin: 'default (no --gpu-memory-utilization in the start)', defaulted: true };
+  return { ...input.defaultValue, source: 'default', origin: 'default (no --gpu-memory-utilization in the start)', defaulted: true };
 }

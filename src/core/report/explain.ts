@@ -5,7 +5,7 @@
  * messages (escapeControl): one line per row, nothing a terminal obeys.
  */
 import type { Options } from '../options.js';
-import { CONTEXT_MIB_AUTO } from '../preflight.js';
+import { CONTEXT_MIB_AUTO } from '../preflight/settings.js';
 import { describeDocument, escapeControl } from '../errors.js';
 import type { TransformResult } from '../transform.js';
 import { ACTION_EFFECTS } from '../decide/container.js';

@@ -9,7 +9,7 @@ import type { DocumentRef, PreflightError } from '../errors.js';
 import type { TransformResult } from '../transform.js';
 import { VERSION } from '../version.js';
 
-export const REPORT_API_VERSION = 'vram-preflight.io/v1';
+const REPORT_API_VERSION = 'vram-preflight.io/v1';
 
 function documentOf(ref: DocumentRef): Record<string, unknown> {
   return { index: ref.index, line: ref.line, kind: ref.kind, name: ref.name, source: ref.source, helmFilename: ref.helmFilename };
@@ -40,7 +40,7 @@ function containerOf(c: ContainerReport): Record<string, unknown> {
   };
 }
 
-export function buildReport(result: TransformResult, options: Options): Record<string, unknown> {
+function buildReport(result: TransformResult, options: Options): Record<string, unknown> {
   return {
     apiVersion: REPORT_API_VERSION,
     kind: 'Report',

@@ -9,7 +9,7 @@ import { asObject, type Plain } from '../values.js';
 
 
 /** Device classes of NVIDIA's DRA driver (k8s-dra-driver-gpu). */
-export const NVIDIA_DEVICE_CLASSES: readonly string[] = ['gpu.nvidia.com', 'mig.nvidia.com'];
+const NVIDIA_DEVICE_CLASSES: readonly string[] = ['gpu.nvidia.com', 'mig.nvidia.com'];
 /** The DRA driver's device class of MIG instances. */
 const MIG_DEVICE_CLASS = 'mig.nvidia.com';
 
@@ -26,7 +26,7 @@ export function emptyDeviceClaims(): DeviceClaims {
 }
 
 /** Device classes named by a claim spec, in any resource.k8s.io version (v1beta1 `deviceClassName`, v1beta2/v1 `exactly`, `firstAvailable`). */
-export function deviceClassesOf(claimSpec: unknown): string[] {
+function deviceClassesOf(claimSpec: unknown): string[] {
   const requests = asObject(asObject(claimSpec)?.devices)?.requests;
   if (!Array.isArray(requests)) return [];
   const classes: string[] = [];
@@ -111,7 +111,7 @@ export interface GpuInput {
 }
 
 /** Resource names of NVIDIA GPUs: whole (`gpu`), time-sliced renames (`gpu.shared`), MIG slices (`mig-1g.10gb`). */
-export function isNvidiaGpuResource(name: string): boolean {
+function isNvidiaGpuResource(name: string): boolean {
   return name === 'nvidia.com/gpu' || name.startsWith('nvidia.com/gpu.') || name.startsWith('nvidia.com/mig-');
 }
 

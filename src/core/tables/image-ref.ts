@@ -151,7 +151,3 @@ export function compareVersions(a: Version, b: Version): number {
   return a.stage - b.stage || a.n - b.n;
 }
 
-export function formatVersion(v: Version): string {
-  const base = `v${v.parts.join('.')}`;
-  return v.stage === 0 ? `${base}rc${v.n}` : v.stage === 2 ? `${base}.${v.n}` : base;
-}

@@ -108,7 +108,7 @@ export const KNOWN_IMAGES: readonly KnownImage[] = [
   { repository: 'nvcr.io/nvidia/ai-dynamo/vllm-runtime', grammar: 'plain', tags: {}, entrypoint: ['/opt/nvidia/nvidia_entrypoint.sh'], cmd: [], confidence: 'inferred', evidence: 'ai-dynamo/dynamo container/Dockerfile.vllm @039a0245 (NGC base entrypoint, CMD [])', link: 'https://github.com/ai-dynamo/dynamo/blob/main/container/Dockerfile.vllm' },
 ];
 
-export const UNPLACED_RANGES: readonly UnplacedRange[] = [
+const UNPLACED_RANGES: readonly UnplacedRange[] = [
   { repository: 'vllm/vllm-openai', tags: { from: '0.11.0.1', below: '0.14.1' }, why: 'vLLM moved this image from the api_server module to `vllm serve` in one of v0.11.1-v0.14.0, and no source settles which' },
   { repository: 'lmcache/vllm-openai', tags: { datesThrough: '2025-06-15' }, why: 'LMCache changed this image\'s ENTRYPOINT around May-June 2025' },
 ];

@@ -11,7 +11,7 @@
 
 export type PathStep = string;
 export type TemplatePath = readonly PathStep[];
-export const EACH = '*';
+const EACH = '*';
 
 export interface WorkloadKind {
   kind: string;

@@ -13,6 +13,23 @@ export const MAX_NESTING = 512;
 
 const QUOTE_OPENERS = new Set([' ', '\t', ':', '[', '{', ',', '-', '?']);
 
+/**
+ * The depth of `text` when it nests deeper than `limit`, else undefined. Counted first: every
+ * level nestingDepth counts is a line (its block stack holds at most one entry a line), a `-`
+ * (an item's dash) or a `[` or `{` (a flow level), so a text with no more of those than `limit`
+ * cannot nest deeper, and is not walked character by character (a candidate document is, on
+ * every render: ~4 million instructions of the vLLM chart's ~50 million own, docs/benchmarks.md).
+ */
+export function depthBeyond(text: string, limit: number): number | undefined {
+  let bound = 1;
+  for (const mark of ['\n', '-', '[', '{']) {
+    for (let at = text.indexOf(mark); at !== -1 && bound <= limit; at = text.indexOf(mark, at + 1)) bound++;
+  }
+  if (bound <= limit) return undefined;
+  const depth = nestingDepth(text);
+  return depth > limit ? depth : undefined;
+}
+
 export function nestingDepth(text: string): number {
   let max = 0;
   const stack: number[] = [];

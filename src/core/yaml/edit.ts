@@ -102,7 +102,7 @@ export interface KeptAnchors {
 }
 
 /** `command:` and `args:` entries (no args entry when `args` is null), one line per item, at the container's key indentation. */
-export function renderStart(command: readonly string[], args: readonly string[] | null, keyIndent: string, nl: string, anchors: KeptAnchors = {}): string {
+function renderStart(command: readonly string[], args: readonly string[] | null, keyIndent: string, nl: string, anchors: KeptAnchors = {}): string {
   const itemIndent = `${keyIndent}  `;
   const lines = ['command:', ...command.map((item, i) => `${itemIndent}- ${anchorOf(anchors.command, i)}${quoteYamlString(item)}`)];
   if (args !== null) lines.push(`${keyIndent}args:`);

@@ -23,7 +23,7 @@
  * that are not strings, a `__proto__` key, comment lines after the content
  * starts, multi-line plain and quoted scalars, folded and kept block
  * scalars, indentation indicators, flow mappings other than `{}`, nested
- * flow collections, empty sequence items. test/yaml-fast.test.ts checks it
+ * flow collections, empty sequence items. test/core/yaml-fast.test.ts checks it
  * against `yaml` on every fixture and on generated documents.
  *
  * `VRAM_PREFLIGHT_FAST_PARSE=off` (or `--no-fast-parse`) turns it off.
@@ -104,7 +104,7 @@ const NOT_PLAIN_START = new Set([...',[]{}#&*!|>\'"%@`'].map((c) => c.charCodeAt
 
 // The core schema's number shapes below are plain scans, not regexes: a render is a short-lived
 // process, and V8 compiles each regex on its first runs (~50-250 us apiece; docs/benchmarks.md).
-// test/core/hot-path.test.ts holds each scan to the regex it replaces.
+// test/core/cold-regexes.test.ts holds each scan to the regex it replaces.
 
 /** Index after the ASCII digits from `i`. */
 function digitsEnd(text: string, i: number): number {

@@ -21,13 +21,17 @@ export interface ParsedDocument {
   toJS(): unknown;
 }
 
-/** Options for every parse: what the cluster reads, not what YAML 1.2 strictly allows. */
-export const PARSE_OPTIONS = { uniqueKeys: false, merge: true } as const;
+/**
+ * Options for every parse: what the cluster reads, not what YAML 1.2 strictly allows. logLevel
+ * `error`: the library's warnings (a key that is a list or a mapping, stringified in a value)
+ * would otherwise be Node process warnings on stderr, a library's hint among our messages.
+ */
+export const PARSE_OPTIONS = { uniqueKeys: false, merge: true, logLevel: 'error' } as const;
 
 /** Merges nest rarely more than once or twice; the bound stops a malicious cycle. */
 const MAX_MERGE_DEPTH = 32;
 
-export function isMergeKey(key: unknown): boolean {
+function isMergeKey(key: unknown): boolean {
   return isScalar(key) && (key.value === '<<' || (typeof key.value === 'symbol' && key.source === '<<'));
 }
 
@@ -84,11 +88,6 @@ export function effectiveGet(map: unknown, key: string, doc: ParsedDocument): un
   if (!isMap(map)) return undefined;
   const found = effectivePair(map, key, doc);
   return found ? resolveAlias(found.pair.value, doc) : undefined;
-}
-
-/** Own pairs of `map` named `key`, duplicates included, in text order. */
-export function ownPairs(map: YAMLMap, key: string): Pair[] {
-  return map.items.filter((pair) => keyName(pair) === key);
 }
 
 /** Keys that appear more than once in one mapping, with a path for messages. */

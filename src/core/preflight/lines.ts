@@ -1,6 +1,6 @@
 /**
  * The preflight's own log lines, as one table of formats that both sides
- * use: the generator (./preflight.ts) writes the awk and shell text that
+ * use: the generator (./script.ts) writes the awk and shell text that
  * prints them from it, and the reader (readPreflightLine, for `vram-preflight
  * verify`) matches them with patterns built from it. A line reworded here is
  * reworded in both, so the two cannot drift apart.

@@ -15,10 +15,8 @@
  *   pasted in unchecked.
  */
 
-import { PreflightError, type ErrorCode } from './errors.js';
-import { readPythonFloat, trimPythonSpace } from './python-float.js';
-import { isAsciiDigit } from './char-classes.js';
-import { awkLine, LOG_PREFIX, shellText } from './preflight-lines.js';
+import { checkSettings, type CheckedUtilization, type PreflightSettings } from './settings.js';
+import { awkLine, LOG_PREFIX, shellText } from './lines.js';
 
 /** First characters of every generated script; also how a wrapped container is recognised. */
 export const PREFLIGHT_MARKER_PREFIX = '# vram-preflight ';
@@ -55,323 +53,6 @@ const QUERY_FIELDS = [
 export const EXIT_SIGTERM = 143;
 /** Exit code on SIGINT while waiting (128 + 2). */
 export const EXIT_SIGINT = 130;
-
-/**
- * A utilization the start's shell script puts on vLLM's command line from variables (KServe's
- * `${VLLM_ADDITIONAL_ARGS}`): the script reads the last --gpu-memory-utilization among these
- * words at run time (a variable's value split as the shell splits it), else `fallback`.
- */
-export interface RuntimeUtilization {
-  words: ({ literal: string } | { variable: string })[];
-  fallback: number;
-}
-
-export interface PreflightSettings {
-  /** Tool version, written into the marker line. */
-  version: string;
-  /**
-   * vLLM's --gpu-memory-utilization: a number with 0 < u <= 1 (rounded UP to 6 decimals), or
-   * 'from-args': the script reads the last --gpu-memory-utilization in the start's own arguments
-   * at run time (for `$(VAR)` values the kubelet expands) and exits 78 when there is none or it is invalid.
-   */
-  utilization: number | 'from-args' | RuntimeUtilization;
-  /** Extra MiB required per GPU on top of vLLM's request and its context (contextMiB); integer >= 0. */
-  headroomMiB: number;
-  /**
-   * MiB of each GPU's free memory that vLLM's own process takes before its check (its CUDA
-   * context; NCCL's buffers too when the engine spans GPUs): integer 0..65536, or 'auto'
-   * (the default): CONTEXT_MIB_AUTO.oneGpu where the script checks one GPU, .severalGpus where
-   * it checks more.
-   */
-  contextMiB?: number | 'auto';
-  /** Give up after this many seconds of waiting; integer >= 1. */
-  timeoutSeconds: number;
-  /** Seconds between nvidia-smi polls while waiting; > 0 (fractions allowed). */
-  pollIntervalSeconds: number;
-  /** Seconds between progress lines while waiting; integer >= 1. */
-  logIntervalSeconds: number;
-  /** nvidia-smi missing, failing, unreadable or hung: warn and start vLLM, or fail. */
-  onNvidiaSmiUnavailable: 'warn' | 'fail';
-  /**
-   * Seconds one nvidia-smi query may take before it is killed and counted as "nvidia-smi
-   * unavailable" (hung); integer >= 1. Default DEFAULT_NVIDIA_SMI_TIMEOUT_SECONDS.
-   */
-  nvidiaSmiTimeoutSeconds?: number;
-  /** Where the final message is also written (the container's terminationMessagePath). */
-  terminationMessagePath: string;
-}
-
-/**
- * contextMiB 'auto': the estimate of what vLLM's process takes of a GPU's free memory before its
- * check. Measured on an H200 (docs/gpu-results.md): a fresh process's CUDA context costs 525-620
- * MiB there, and a one-process NCCL group with a first all-reduce 558 MiB more; B200 has more SMs
- * (more context), so one GPU gets 768, several (tensor or pipeline parallel: NCCL) 1536.
- */
-export const CONTEXT_MIB_AUTO = { oneGpu: 768, severalGpus: 1536 } as const;
-
-/** Per-query limit when PreflightSettings.nvidiaSmiTimeoutSeconds is not given. */
-export const DEFAULT_NVIDIA_SMI_TIMEOUT_SECONDS = 10;
-
-/** Limits enforced by renderPreflightScript (exported so callers and tests can refer to them). */
-export const PREFLIGHT_LIMITS = {
-  /** Utilization is rounded UP to this many decimals: keeps total x numerator far below 2^53 in awk. */
-  utilizationMaxDecimals: 6,
-  headroomMiBMax: 1_048_576,
-  contextMiBMax: 65_536,
-  timeoutSecondsMax: 7 * 24 * 3600,
-  pollIntervalSecondsMin: 0.01,
-  pollIntervalSecondsMax: 3600,
-  /** Decimal places accepted in pollIntervalSeconds. */
-  pollIntervalMaxDecimals: 3,
-  logIntervalSecondsMax: 86_400,
-  nvidiaSmiTimeoutSecondsMax: 600,
-  terminationMessagePathMaxLength: 4096,
-} as const;
-
-const CODES: Partial<Record<keyof PreflightSettings, ErrorCode>> = {
-  utilization: 'BAD_UTILIZATION',
-  terminationMessagePath: 'BAD_CONTAINER',
-};
-
-/** Throws the project's PreflightError, so a caller reports it against the container. */
-function fail(what: keyof PreflightSettings | 'settings', value: unknown, rule: string): never {
-  const shown = typeof value === 'number' ? String(value) : (JSON.stringify(value) ?? String(value));
-  throw new PreflightError(
-    (what !== 'settings' && CODES[what]) || 'BAD_OPTION',
-    `invalid ${what} ${shown} for the preflight script: ${rule}`,
-    { fix: `${what} ${rule}` },
-  );
-}
-
-function isNumber(v: unknown): v is number {
-  return typeof v === 'number' && Number.isFinite(v);
-}
-
-function integerIn(what: keyof PreflightSettings, v: unknown, min: number, max: number): string {
-  if (!isNumber(v) || !Number.isInteger(v) || v < min || v > max) {
-    fail(what, v, `must be an integer from ${min} to ${max}`);
-  }
-  return String(v);
-}
-
-/** A number's shortest decimal spelling, if it is plain `D+(.D{1,maxDecimals})?`. */
-function plainDecimal(v: number, maxDecimals: number): string | undefined {
-  const s = String(v);
-  return isPlainDecimal(s, maxDecimals) ? s : undefined;
-}
-
-/** `new RegExp(`^\\d+(\\.\\d{1,${maxDecimals}})?$`).test(s)`, without building and compiling a regex per call in a render (docs/benchmarks.md). */
-export function isPlainDecimal(s: string, maxDecimals: number): boolean {
-  let i = 0;
-  while (isAsciiDigit(s.charCodeAt(i))) i++;
-  if (i === 0) return false;
-  if (i === s.length) return true;
-  if (s.charCodeAt(i) !== 0x2e) return false;
-  const point = i++;
-  while (isAsciiDigit(s.charCodeAt(i))) i++;
-  return i === s.length && i - point - 1 >= 1 && i - point - 1 <= maxDecimals;
-}
-
-/**
- * A utilization written the way Python's float() reads it (readPythonFloat, with ASCII
- * whitespace around it, trimPythonSpace: a Secret made with --from-file ends in a newline), rounded UP to 6
- * decimals and spelled `1` or `0.DDDDDD` without trailing zeros; undefined unless
- * 1e-323 <= value <= 1 (below that float() reads 0 or a denormal). Exact: works on the
- * digits, not on a binary float. Rounding up asks for at most 1e-6 x total more, 1 MiB on
- * a 143 GiB GPU. The script's UTIL_AWK does the same for a value read at run time.
- */
-export function roundUtilizationUp(text: string): string | undefined {
-  const m = readPythonFloat(trimPythonSpace(text));
-  if (!m || m.sign === '-') return undefined;
-  const mantissa = m.mantissa.replaceAll('_', '');
-  const dot = mantissa.indexOf('.');
-  let digits = mantissa.replace('.', '');
-  let point = dot < 0 ? mantissa.length : dot; // value = 0.digits x 10^point
-  const lead = leadingZeros(digits);
-  digits = digits.slice(lead);
-  point -= lead;
-  if (digits === '') return undefined; // zero
-  point += Number((m.exponent ?? '0').replaceAll('_', ''));
-  if (point > 1 || point < -322) return undefined; // >= 10, or < 1e-323
-  const n = point + PREFLIGHT_LIMITS.utilizationMaxDecimals;
-  let micro = n < 1 ? 1 : Number(digits.slice(0, n).padEnd(n, '0'));
-  if (n >= 1 && hasNonZeroDigit(digits, n)) micro++;
-  if (micro > 1_000_000) return undefined;
-  return micro === 1_000_000 ? '1' : `0.${withoutTrailingZeros(String(micro).padStart(6, '0'))}`;
-}
-
-// The small scans below stand for regexes (named in each): a render runs them in a fresh
-// process, where each regex costs its compilation on its first runs (docs/benchmarks.md).
-
-// `/^0*/.exec(digits)[0].length`: the leading zeros.
-export function leadingZeros(digits: string): number {
-  let n = 0;
-  while (digits.charCodeAt(n) === 0x30) n++;
-  return n;
-}
-
-/** `/[1-9]/.test(digits.slice(from))` */
-export function hasNonZeroDigit(digits: string, from: number): boolean {
-  for (let i = Math.max(from, 0); i < digits.length; i++) {
-    const c = digits.charCodeAt(i);
-    if (c >= 0x31 && c <= 0x39) return true;
-  }
-  return false;
-}
-
-/** `text.replace(/0+$/, '')` */
-export function withoutTrailingZeros(text: string): string {
-  let end = text.length;
-  while (end > 0 && text.charCodeAt(end - 1) === 0x30) end--;
-  return text.slice(0, end);
-}
-
-function validUtilization(v: unknown): string {
-  if (v === 'from-args') return v;
-  if (!isNumber(v) || !(v > 0) || v > 1) fail('utilization', v, "must be a number with 0 < u <= 1, 'from-args' or run-time words");
-  const s = roundUtilizationUp(String(v));
-  if (s === undefined) fail('utilization', v, "must be a number with 0 < u <= 1, 'from-args' or run-time words");
-  return s;
-}
-
-/** The run-time words as shell text: each literal single-quoted (it is a flag's name), each variable unquoted (split as the shell splits it). */
-function runtimeWords(v: RuntimeUtilization): { words: string; fallback: string; names: string } {
-  if (!Array.isArray(v.words) || v.words.length === 0 || v.words.length > 64) fail('utilization', v, 'run-time words must be 1 to 64 words');
-  const words = v.words.map((w) => {
-    if ('variable' in w && typeof w.variable === 'string' && isShellVariableName(w.variable)) return `$${w.variable}`;
-    if ('literal' in w && (w.literal === '--gpu-memory-utilization' || w.literal === '--gpu_memory_utilization')) return `'${w.literal}'`;
-    return fail('utilization', w, 'a run-time word must be a shell variable name or the flag --gpu-memory-utilization');
-  });
-  const names = v.words.flatMap((w) => ('variable' in w ? [`$${w.variable}`] : [])).join(' ');
-  return { words: words.join(' '), fallback: validUtilization(v.fallback), names };
-}
-
-/** `/^[A-Za-z_][A-Za-z0-9_]{0,127}$/` */
-function isShellVariableName(v: string): boolean {
-  if (v.length === 0 || v.length > 128) return false;
-  for (let i = 0; i < v.length; i++) {
-    const c = v.charCodeAt(i);
-    if (!((c >= 0x41 && c <= 0x5a) || (c >= 0x61 && c <= 0x7a) || c === 0x5f || (i > 0 && isAsciiDigit(c)))) return false;
-  }
-  return true;
-}
-
-function validPollInterval(v: unknown): string {
-  const { pollIntervalSecondsMin: min, pollIntervalSecondsMax: max, pollIntervalMaxDecimals: dec } =
-    PREFLIGHT_LIMITS;
-  if (!isNumber(v) || v < min || v > max) fail('pollIntervalSeconds', v, `must be from ${min} to ${max}`);
-  const s = plainDecimal(v, dec);
-  if (s === undefined) fail('pollIntervalSeconds', v, `must have at most ${dec} decimal places`);
-  return s;
-}
-
-function validVersion(v: unknown): string {
-  if (typeof v !== 'string' || !isVersionText(v)) {
-    fail('version', v, 'must be 1-64 characters of [0-9A-Za-z.+-]');
-  }
-  return v;
-}
-
-function validPath(v: unknown): string {
-  const max = PREFLIGHT_LIMITS.terminationMessagePathMaxLength;
-  if (
-    typeof v !== 'string' ||
-    v.length > max ||
-    !isPlainAbsolutePath(v) ||
-    v.split('/').some((part) => part === '..')
-  ) {
-    fail('terminationMessagePath', v, 'must be an absolute path of [A-Za-z0-9._/-] without ".."');
-  }
-  return v;
-}
-
-/** `/^[0-9A-Za-z][0-9A-Za-z.+-]{0,63}$/.test(v)` (a scan: cold-start cost of a regex in a render; docs/benchmarks.md) */
-export function isVersionText(v: string): boolean {
-  if (v.length < 1 || v.length > 64 || !isAsciiAlphanumeric(v.charCodeAt(0))) return false;
-  for (let i = 1; i < v.length; i++) {
-    const c = v.charCodeAt(i);
-    if (!isAsciiAlphanumeric(c) && c !== 0x2e && c !== 0x2b && c !== 0x2d) return false;
-  }
-  return true;
-}
-
-/** `/^\/[A-Za-z0-9._/-]*$/.test(v)` (a scan: cold-start cost of a regex in a render; docs/benchmarks.md) */
-export function isPlainAbsolutePath(v: string): boolean {
-  if (v.charCodeAt(0) !== 0x2f) return false;
-  for (let i = 1; i < v.length; i++) {
-    const c = v.charCodeAt(i);
-    if (!isAsciiAlphanumeric(c) && c !== 0x2e && c !== 0x5f && c !== 0x2f && c !== 0x2d) return false;
-  }
-  return true;
-}
-
-function isAsciiAlphanumeric(c: number): boolean {
-  return isAsciiDigit(c) || (c >= 0x41 && c <= 0x5a) || (c >= 0x61 && c <= 0x7a);
-}
-
-function validMode(v: unknown): 'warn' | 'fail' {
-  if (v !== 'warn' && v !== 'fail') fail('onNvidiaSmiUnavailable', v, "must be 'warn' or 'fail'");
-  return v;
-}
-
-/** The options a CLI takes for every container alike (what checkPreflightOptions checks). */
-export interface PreflightOptions {
-  timeoutSeconds: unknown;
-  pollIntervalSeconds: unknown;
-  logIntervalSeconds: unknown;
-  headroomMiB: unknown;
-  contextMiB?: unknown;
-  onNvidiaSmiUnavailable: unknown;
-  nvidiaSmiTimeoutSeconds?: unknown;
-}
-
-interface CheckedOptions {
-  headroom: string;
-  /** Context cost on one GPU, and on each of several. */
-  contextOne: string;
-  contextSeveral: string;
-  timeout: string;
-  poll: string;
-  logEvery: string;
-  mode: 'warn' | 'fail';
-  smiLimit: string;
-}
-
-function contextCosts(v: unknown): { contextOne: string; contextSeveral: string } {
-  if (v === undefined || v === 'auto') {
-    return { contextOne: String(CONTEXT_MIB_AUTO.oneGpu), contextSeveral: String(CONTEXT_MIB_AUTO.severalGpus) };
-  }
-  if (!isNumber(v) || !Number.isInteger(v) || v < 0 || v > PREFLIGHT_LIMITS.contextMiBMax) {
-    fail('contextMiB', v, `must be 'auto' or an integer from 0 to ${PREFLIGHT_LIMITS.contextMiBMax}`);
-  }
-  return { contextOne: String(v), contextSeveral: String(v) };
-}
-
-function checkOptions(o: PreflightOptions): CheckedOptions {
-  return {
-    headroom: integerIn('headroomMiB', o.headroomMiB, 0, PREFLIGHT_LIMITS.headroomMiBMax),
-    ...contextCosts(o.contextMiB),
-    timeout: integerIn('timeoutSeconds', o.timeoutSeconds, 1, PREFLIGHT_LIMITS.timeoutSecondsMax),
-    poll: validPollInterval(o.pollIntervalSeconds),
-    logEvery: integerIn('logIntervalSeconds', o.logIntervalSeconds, 1, PREFLIGHT_LIMITS.logIntervalSecondsMax),
-    mode: validMode(o.onNvidiaSmiUnavailable),
-    smiLimit: integerIn(
-      'nvidiaSmiTimeoutSeconds',
-      o.nvidiaSmiTimeoutSeconds ?? DEFAULT_NVIDIA_SMI_TIMEOUT_SECONDS,
-      1,
-      PREFLIGHT_LIMITS.nvidiaSmiTimeoutSecondsMax,
-    ),
-  };
-}
-
-/**
- * Throws the PreflightError (code BAD_OPTION) that renderPreflightScript would throw for these
- * options, so a CLI can reject a bad option once, up front, instead of once per container.
- */
-export function checkPreflightOptions(o: PreflightOptions): void {
-  if (typeof o !== 'object' || o === null) fail('settings', o, 'must be an object');
-  checkOptions(o);
-}
 
 /**
  * The awk program that judges one nvidia-smi reading. It prints exactly one line,
@@ -449,7 +130,7 @@ END {
     }
     need = req + ctx + h; how = req " for vLLM: " u " x " ct " MiB CUDA total" (r ? " = " tot[j] " - " r " reserved" : " = " tot[j] ", no reserve reported") "; " ctx " for its CUDA context; " h " headroom"
     if (need > ct - 1) {
-      # More than it can have free: cut to what an idle GPU surely shows (see the comment in preflight.ts).
+      # More than it can have free: cut to what an idle GPU surely shows, never below the request of vLLM (docs/restart-race.md, section 6: the threshold).
       idle = r ? ct - 64 : req
       if (idle < req) idle = req
       need = idle; how = (r ? "the CUDA total less 64 MiB an idle GPU may use" : "the request of vLLM alone, no reserve reported") ", as " how " would be more: vLLM itself decides"
@@ -555,32 +236,41 @@ ${lastFlagLoop('"$@"')}[ -n "$u_seen" ] || die ${EXIT_BAD_UTILIZATION} 'cannot w
 util=\`u=$u_raw awk '${UTIL_AWK}'\` || die ${EXIT_BAD_UTILIZATION} "cannot wait for GPU memory: --gpu-memory-utilization \\"$u_raw\\" in the start's arguments is not a number with 0 < u <= 1; not starting vLLM"
 `;
 
-/** Reads the utilization from the variables the start's script expands into vLLM's command line. */
-function fromVariables(v: { words: string; fallback: string; names: string }): string {
-  return `# The utilization is only known at run time: the script of the start puts ${v.names} on the
+/**
+ * Reads the utilization from the variables the start's script expands into vLLM's command line:
+ * the words as the start's script has them, each literal single-quoted (it is a flag's name), each
+ * variable unquoted (split as the shell splits it).
+ */
+function fromVariables(v: Extract<CheckedUtilization, { kind: 'from-variables' }>): string {
+  const words = v.words.map((w) => ('variable' in w ? `$${w.variable}` : `'${w.literal}'`)).join(' ');
+  const names = v.variables.map((name) => `$${name}`).join(' ');
+  return `# The utilization is only known at run time: the script of the start puts ${names} on the
 # command line of vLLM. Take the last --gpu-memory-utilization there (split as the shell splits
 # it, no globbing), else ${v.fallback}, what vLLM gets without one there.
 u_raw=${v.fallback} u_seen=1 take=''
 set -f
 # shellcheck disable=SC2086,SC2034 # split as the script splits them; u_seen: read by the other reader
-${lastFlagLoop(v.words)}set +f
+${lastFlagLoop(words)}set +f
 # shellcheck disable=SC2016 # an awk program: its $ are awk's, not the shell's
-util=\`u=$u_raw awk '${UTIL_AWK}'\` || die ${EXIT_BAD_UTILIZATION} "cannot wait for GPU memory: --gpu-memory-utilization \\"$u_raw\\" in ${v.names.replaceAll('$', '\\$')} is not a number with 0 < u <= 1; not starting vLLM"
+util=\`u=$u_raw awk '${UTIL_AWK}'\` || die ${EXIT_BAD_UTILIZATION} "cannot wait for GPU memory: --gpu-memory-utilization \\"$u_raw\\" in ${names.replaceAll('$', '\\$')} is not a number with 0 < u <= 1; not starting vLLM"
 `;
 }
 
-export function renderPreflightScript(settings: PreflightSettings): string {
-  if (typeof settings !== 'object' || settings === null) fail('settings', settings, 'must be an object');
-  const version = validVersion(settings.version);
-  const runtime = typeof settings.utilization === 'object' && settings.utilization !== null ? runtimeWords(settings.utilization) : undefined;
-  const util = runtime ? 'from-start' : validUtilization(settings.utilization);
-  const { headroom, contextOne, contextSeveral, timeout, poll, logEvery, mode, smiLimit } = checkOptions(settings);
-  const msgFile = validPath(settings.terminationMessagePath);
-  // The first query's limit: the per-query limit, cut to the whole timeout (at least 2 s), as CLOCK_AWK does later.
-  const pollWhole = Math.max(1, Math.ceil(Number(poll)));
-  const firstLimit = Math.min(Number(smiLimit), Math.max(2, Number(timeout)));
+/** The script's utilization: the value it is written with, or the reading that replaces it at run time. */
+function utilizationText(u: CheckedUtilization): { value: string; reader: string } {
+  if (u.kind === 'value') return { value: u.value, reader: '' };
+  if (u.kind === 'from-args') return { value: 'from-args', reader: FROM_ARGS };
+  return { value: 'from-start', reader: fromVariables(u) };
+}
 
-  const script = `${PREFLIGHT_MARKER_PREFIX}${version}: wait for GPU memory, then exec vLLM
+/**
+ * The start: the marker line (how a wrapped container is recognised), what the script is for,
+ * the settings as shell variables, how it speaks and exits, and the start it will exec, checked
+ * before any wait (a start that cannot run would fail only after the whole wait).
+ */
+function head(version: string, s: { util: string; headroom: string; contextOne: string; contextSeveral: string; timeout: string; poll: string; logEvery: string; mode: string; smiLimit: string; msgFile: string }): string {
+  const { util, headroom, contextOne, contextSeveral, timeout, poll, logEvery, mode, smiLimit, msgFile } = s;
+  return `${PREFLIGHT_MARKER_PREFIX}${version}: wait for GPU memory, then exec vLLM
 # After an in-place restart the old engine may still hold VRAM and vLLM checks
 # free memory only once, so wait until each GPU it will use has what that check asks, plus
 # what vLLM takes before it checks, plus headroom. See docs/restart-race.md (vram-preflight).
@@ -603,7 +293,15 @@ case $1 in
   if [ ! -f "$1" ] || [ ! -x "$1" ]; then die ${EXIT_START_NOT_EXECUTABLE} "cannot start vLLM: the start \\"$1\\" (the program after --) is not an executable file"; fi ;;
 *) command -v "$1" >/dev/null 2>&1 || die ${EXIT_START_NOT_FOUND} "cannot start vLLM: the start \\"$1\\" (the program after --) is not found in PATH=$PATH" ;;
 esac
-${util === 'from-args' ? FROM_ARGS : runtime ? fromVariables(runtime) : ''}# A shell runs traps only between commands or in wait: all that can take long (nvidia-smi,
+`;
+}
+
+/**
+ * Signals and the processes a query leaves: all that can take long runs as a background job,
+ * which a signal ends at once, with what it started (reap: its descendants in /proc; sweep:
+ * what carries the run's mark).
+ */
+const JOBS = `# A shell runs traps only between commands or in wait: all that can take long (nvidia-smi,
 # the pause between polls) is a background job it waits for, so a signal ends it at once.
 # As PID 1 the shell ignores signals it does not trap. The job gets KILL: a child still
 # holds this shell's handler between its fork and its exec, and would lose a TERM.
@@ -645,7 +343,10 @@ stop() {
 }
 trap 'stop SIGTERM ${EXIT_SIGTERM}' TERM
 trap 'stop SIGINT ${EXIT_SIGINT}' INT
-# nvidia-smi's deadline: after $lim s, KILL it and all it started (a process stuck in the
+`;
+
+/** One nvidia-smi query under its deadline, its output read through a subshell that killing ends. */
+const QUERY = `# nvidia-smi's deadline: after $lim s, KILL it and all it started (a process stuck in the
 # driver may ignore TERM) and exit 1; exit 0 when told (TERM) it answered in time (quit: the
 # TERM came first). The sleep gets KILL (a TERM between fork and exec is lost) and must not
 # hold the capture (or stderr) open.
@@ -680,7 +381,10 @@ smi() {
   [ "$ds:$rc" != 1:137 ] || rc=124
   return "$rc"
 }
-# One reading and its verdict, as a background job; it says what it found, and its exit
+`;
+
+/** One reading, judged by JUDGE_AWK, as a background job whose exit status tells the loop what to do. */
+const POLL = `# One reading and its verdict, as a background job; it says what it found, and its exit
 # status tells the loop: 0 start vLLM, ${POLL_START_UNCHECKED} start it unchecked (said why),
 # ${EXIT_NVIDIA_SMI_UNAVAILABLE}, ${EXIT_TIMEOUT} or ${EXIT_BAD_UTILIZATION} exit (the message is written), 32..63 keep waiting.
 # A driver that does not know a field (memory.reserved: R510+, mig.mode.current: R450+)
@@ -707,7 +411,11 @@ poll() {
   unavailable "unexpected verdict: $r"
   exit ${POLL_START_UNCHECKED}
 }
-# Elapsed time: see the clock program. read is a builtin, so a cold start costs no process.
+`;
+
+/** The wait: poll, pause, advance the clock (CLOCK_AWK), until a verdict; then end what a query left, and exec the start. */
+function loop(firstLimit: number, pollWhole: number): string {
+  return `# Elapsed time: see the clock program. read is a builtin, so a cold start costs no process.
 clock() {
   if read -r raw _ 2>/dev/null </proc/uptime && [ -n "$raw" ]; then src=u
   elif raw=\`date +%s 2>/dev/null\`; then src=d
@@ -742,6 +450,16 @@ done
 if [ -n "$swept" ] || [ "$v" != 0 ]; then : & wait "$!" || :; fi
 exec "$@"
 `;
+}
+
+/** The script for these settings (a PreflightError when one is bad: ./settings.ts). */
+export function renderPreflightScript(settings: PreflightSettings): string {
+  const { version, utilization, ...checked } = checkSettings(settings);
+  const util = utilizationText(utilization);
+  // The first query's limit: the per-query limit, cut to the whole timeout (at least 2 s), as CLOCK_AWK does later.
+  const pollWhole = Math.max(1, Math.ceil(Number(checked.poll)));
+  const firstLimit = Math.min(Number(checked.smiLimit), Math.max(2, Number(checked.timeout)));
+  const script = `${head(version, { ...checked, util: util.value })}${util.reader}${JOBS}${QUERY}${POLL}${loop(firstLimit, pollWhole)}`;
   if (script.includes('$(') || script.includes('$$')) {
     throw new Error('internal error: the preflight script contains $( or $$');
   }
