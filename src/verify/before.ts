@@ -25,6 +25,12 @@ const podsPath = (namespace: string): string => `/api/v1/namespaces/${encodeURIC
 export const statusOf = (pod: Plain, container: string): Plain | undefined =>
   (Array.isArray(asObject(pod.status)?.containerStatuses) ? (asObject(pod.status)!.containerStatuses as unknown[]) : []).map(asObject).find((s) => s?.name === container);
 
+/** The container's state.running.startedAt, as Target.runningSince. */
+export const runningSinceOf = (status: Plain | undefined): { runningSince?: string } => {
+  const at = asObject(asObject(status?.state)?.running)?.startedAt;
+  return typeof at === 'string' ? { runningSince: at } : {};
+};
+
 const conditionOf = (pod: Plain, type: string): Plain | undefined =>
   (Array.isArray(asObject(pod.status)?.conditions) ? (asObject(pod.status)!.conditions as unknown[]) : []).map(asObject).find((c) => c?.type === type);
 
@@ -114,6 +120,7 @@ export async function findTarget(client: KubernetesClient, r: TargetRequest, aud
     podChosenBy: chosenBy,
     containerChosenBy,
     restartCount: Number(statusOf(pod, container)?.restartCount ?? 0),
+    ...runningSinceOf(statusOf(pod, container)),
     ...coldStartOf(pod, r.coldStartMs),
   };
   const audited = containers.find((c) => c.container === container);

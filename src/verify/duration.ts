@@ -23,3 +23,11 @@ export function parseDuration(text: string, flag: string, { min = 1 }: { min?: n
 export function seconds(ms: number): string {
   return `${(ms / 1000).toFixed(1)} s`;
 }
+
+/** `10m15s`, `30s`, `1h`: as the duration flags take it (whole seconds; below one, in ms). */
+export function flagDuration(ms: number): string {
+  if (ms < 1000) return `${Math.round(ms)}ms`;
+  const s = Math.round(ms / 1000);
+  const [h, m, r] = [Math.floor(s / 3600), Math.floor((s % 3600) / 60), s % 60];
+  return `${h ? `${h}h` : ''}${m ? `${m}m` : ''}${r || (!h && !m) ? `${r}s` : ''}`;
+}

@@ -26,11 +26,12 @@ import { escapeControl, PreflightError, redactUserinfo, type RegistryAnswers, VE
 import { ITEM_LIMIT } from '../audit/audit.js';
 import { KubernetesApiError, KubernetesClient, KubernetesDeadlineError, loadConnection, SERVICE_ACCOUNT_DIR } from '../kubernetes/index.js';
 import { COMMAND_BUDGET, registryOptions } from '../registry/options.js';
-import { findTarget, rbacCheck, readyCheck } from './before.js';
-import { parseDuration } from './duration.js';
+import { DEFAULT_ROUND_GAP_MS, signalAt } from './backoff.js';
+import { findTarget, rbacCheck, readyCheck, runningSinceOf, statusOf } from './before.js';
+import { flagDuration, parseDuration, seconds } from './duration.js';
 import { holds, outcomeOf, type Check, type VerifyResult } from './model.js';
 import { renderJson, renderText } from './render.js';
-import { restartOnce, SIGNAL_COMMAND } from './restart.js';
+import { podPath, restartOnce, SIGNAL_COMMAND } from './restart.js';
 
 export const EXIT_CHECK_FAILED = 3;
 export const EXIT_CANNOT_VERIFY = 1;
@@ -43,6 +44,8 @@ const DEFAULT_MARGIN = '30s';
 /** Time for the requests around each restart (the checks before, the evidence after), on top of --timeout. */
 const ROUND_SLACK_MS = 60_000;
 const MAX_REPEAT = 20;
+const DEFAULT_ROUND_GAP = '10m15s';
+const MAX_ROUND_GAP_MS = 3_600_000;
 
 const VERIFY_ROWS: readonly FlagRow[] = [
   { flag: '--namespace', aliases: ['-n'], value: 'NAME', help: "the pod's namespace (required: verify restarts a container, it does not guess where)", doors: ['verify'], kind: 'door' },
@@ -50,7 +53,15 @@ const VERIFY_ROWS: readonly FlagRow[] = [
   { flag: '--selector', aliases: ['-l'], value: 'SELECTOR', help: 'the pod, by a label selector that matches exactly one running pod (more: refused, listed)', doors: ['verify'], kind: 'door' },
   { flag: '--container', aliases: ['-c'], value: 'NAME', help: "the vLLM container (default: the pod's kubectl.kubernetes.io/default-container, its only container, or its only vLLM container)", doors: ['verify'], kind: 'door' },
   { flag: '--yes', aliases: ['-y'], help: 'do it: restart the container (without it, verify checks and prints the plan, and changes nothing)', doors: ['verify'], kind: 'door', switch: true },
-  { flag: '--repeat', value: 'N', help: "restarts, one after the other (the ticket's test plan: 3)", doors: ['verify'], kind: 'door', defaultOf: 'repeat' },
+  { flag: '--repeat', value: 'N', help: "restarts, one after the other (the ticket's test plan: 3), each --round-gap after the container's previous restart", doors: ['verify'], kind: 'door', defaultOf: 'repeat' },
+  {
+    flag: '--round-gap',
+    value: 'DURATION',
+    help: "how long after the container's previous restart a round's signal waits: the kubelet backs off any exit within 10 minutes of a container's last restart, wrapped or not; shorter: those rounds report that BackOff as the kubelet's, not the race",
+    doors: ['verify'],
+    kind: 'door',
+    defaultOf: 'gap',
+  },
   { flag: '--timeout', value: 'DURATION', help: 'how long each restart may take to be Ready again (90s, 10m, 1h)', doors: ['verify'], kind: 'door', defaultOf: 'timeout' },
   { flag: '--cold-start', value: 'DURATION', help: "the model's cold start, to compare each restart with (default: the pod's own, status.startTime to Ready, when nothing in it has restarted)", doors: ['verify'], kind: 'door' },
   { flag: '--restart-margin', value: 'DURATION', help: 'how much longer than the cold start a restart may take and pass', doors: ['verify'], kind: 'door', defaultOf: 'margin' },
@@ -82,7 +93,7 @@ wrapped; 1 it could not be done (kubeconfig, API server, RBAC, a pod not Ready, 
 refused); 2 usage or option error; 74 stdout could not be written; 70 internal error.
 
 Verify options:
-${optionHelp('verify', 'door', VERIFY_ROWS, { repeat: 1, timeout: DEFAULT_TIMEOUT, margin: DEFAULT_MARGIN })}
+${optionHelp('verify', 'door', VERIFY_ROWS, { repeat: 1, timeout: DEFAULT_TIMEOUT, margin: DEFAULT_MARGIN, gap: DEFAULT_ROUND_GAP })}
 
 Options of the wrap, as for the audit (flag, or environment variable; a config file sets the
 same names in camelCase), so that verify reads the pod as the audit and the webhook do:
@@ -106,6 +117,7 @@ interface VerifyArgs {
   timeoutMs: number;
   coldStartMs?: number;
   marginMs: number;
+  roundGapMs: number;
   output: 'text' | 'json';
 }
 
@@ -140,8 +152,16 @@ function parseVerifyArgs(argv: readonly string[]): VerifyArgs | { stop: '--help'
     timeoutMs: parseDuration(d.get('--timeout') ?? DEFAULT_TIMEOUT, '--timeout', { min: 1000 }),
     ...(cold !== undefined && { coldStartMs: parseDuration(cold, '--cold-start') }),
     marginMs: parseDuration(d.get('--restart-margin') ?? DEFAULT_MARGIN, '--restart-margin', { min: 0 }),
+    roundGapMs: roundGap(d.get('--round-gap')),
     output,
   };
+}
+
+function roundGap(text: string | undefined): number {
+  if (text === undefined) return DEFAULT_ROUND_GAP_MS;
+  const ms = parseDuration(text, '--round-gap', { min: 0 });
+  if (ms > MAX_ROUND_GAP_MS) throw new PreflightError('USAGE', `--round-gap is ${quoteBounded(text)}, more than 1h`, { fix: `the kubelet forgets a back-off after 10 minutes: the default, ${DEFAULT_ROUND_GAP}, is enough` });
+  return ms;
 }
 
 export interface VerifyIO {
@@ -183,8 +203,8 @@ export async function runVerify(argv: readonly string[], io: VerifyIO): Promise<
     say(error);
     return EXIT_USAGE;
   }
-  // The whole run's deadline: the checks, then each restart's --timeout and the requests around it.
-  const deadline = Date.now() + ROUND_SLACK_MS + args.repeat * (args.timeoutMs + ROUND_SLACK_MS);
+  // The whole run's deadline: the checks, then each restart's wait for its gap, its --timeout and the requests around it.
+  const deadline = Date.now() + ROUND_SLACK_MS + args.repeat * (args.roundGapMs + args.timeoutMs + ROUND_SLACK_MS);
   let client: KubernetesClient | undefined;
   let progress: string | undefined;
   try {
@@ -214,10 +234,13 @@ async function verify(args: VerifyArgs, options: Options, io: VerifyIO, deadline
   const found = await findTarget(client, { namespace: args.namespace, pod: args.pod, selector: args.selector, container: args.container, coldStartMs: args.coldStartMs }, { options, lookup, deadline });
   const target = found.target;
   const before = [found.wrapped, readyCheck(found.pod, target.container), await rbacCheck(client, target.namespace, target.pod, args.selector !== undefined)];
+  const now = Date.now();
+  const first = signalAt(target, now, args.roundGapMs);
+  const firstSignal = first > now + 1000 ? { firstSignalAt: first } : {};
   const result: VerifyResult = {
     target,
     before,
-    plan: { yes: args.yes, repeat: args.repeat, timeoutMs: args.timeoutMs, marginMs: args.marginMs, allowUnwrapped: args.allowUnwrapped, command: SIGNAL_COMMAND },
+    plan: { yes: args.yes, repeat: args.repeat, timeoutMs: args.timeoutMs, marginMs: args.marginMs, allowUnwrapped: args.allowUnwrapped, command: SIGNAL_COMMAND, roundGapMs: args.roundGapMs, ...firstSignal },
     rounds: [],
     unread: found.unread,
   };
@@ -230,6 +253,14 @@ async function verify(args: VerifyArgs, options: Options, io: VerifyIO, deadline
   if (args.yes && (wrapped || args.allowUnwrapped)) {
     for (let round = 1; round <= args.repeat; round++) {
       setProgress(round === 1 ? 'no restart was done' : `after ${round - 1} of ${args.repeat} restarts, each recovered`);
+      // Out of the kubelet's back-off window first (./backoff.ts): said on stderr, as the wait may be long.
+      const status = statusOf(round === 1 ? found.pod : await client.get(podPath(target)), target.container);
+      const timing = { restartCount: Number(status?.restartCount ?? 0), ...runningSinceOf(status) };
+      const at = signalAt(timing, Date.now(), args.roundGapMs);
+      if (at > Date.now()) {
+        io.stderr.write(`vram-preflight: verify: round ${round} of ${args.repeat} waits ${seconds(at - Date.now())}, until ${new Date(at).toISOString()}: --round-gap ${flagDuration(args.roundGapMs)} after the container's previous restart (${timing.runningSince}), as the kubelet backs off any exit within 10 minutes of it\n`);
+        await new Promise((resolve) => setTimeout(resolve, at - Date.now()));
+      }
       const done = await restartOnce(client, { target, round, readyBy: Math.min(Date.now() + args.timeoutMs, deadline), timeoutMs: args.timeoutMs, marginMs: args.marginMs }, wrapped);
       result.rounds.push(done);
       if (!holds(done.checks) && round < args.repeat) {

@@ -38,6 +38,8 @@ export interface Target {
   /** How the container was chosen (--container, the pod's default-container annotation, its only container, its only vLLM container). */
   containerChosenBy: string;
   restartCount: number;
+  /** The current container's start (state.running.startedAt): its previous restart, when restartCount > 0. */
+  runningSince?: string;
   /** The pod's cold start, from status.startTime to Ready (or --cold-start). */
   coldStart?: { ms: number; source: 'pod' | 'flag'; from?: string; to?: string };
   /** Why the pod's own cold start is not known (it restarted before, it has no Ready time). */
@@ -52,6 +54,8 @@ export interface PreflightEvidence {
   waitedSeconds?: number;
   /** The first short reading: the GPU, its free memory and what the wait needed. */
   firstShort?: TightestGpu;
+  /** What held GPU memory at the first waiting line that says (nvidia-smi --query-compute-apps in the container); [] none it could see; absent when no line says (a preflight before 0.5.0). */
+  heldBy?: MemoryHolder[];
   /** The reading the start went on (every GPU had its need). */
   start?: TightestGpu & { gpus: number };
   gaveUp?: { waitedSeconds: number; timeoutSeconds: number; tightest?: TightestGpu; holders?: MemoryHolder[] };
@@ -80,6 +84,12 @@ export interface Round {
   /** The container's state when the round ended without Ready (the evidence so far). */
   stateAtEnd?: string;
   backOff: { message: string; count: number; lastTimestamp?: string }[];
+  /**
+   * Set when the signal came within the kubelet's back-off window (./backoff.ts): the
+   * container's previous restart was less than 10 minutes before, so the kubelet backs
+   * the restart off whatever the preflight does, and a BackOff is its, not the race's.
+   */
+  kubeletBackOff?: { previousRestart: string; secondsBefore: number };
   preflight: PreflightEvidence;
   failedStarts: FailedStart[];
   /** vLLM's "Free memory on device" lines in `logs --previous` after the round. */
@@ -92,7 +102,10 @@ export interface VerifyResult {
   /** The checks before anything happens. */
   before: Check[];
   /** What was asked: --yes, --repeat, --timeout, --allow-unwrapped. */
-  plan: { yes: boolean; repeat: number; timeoutMs: number; marginMs: number; allowUnwrapped: boolean; command: readonly string[] };
+  plan: { yes: boolean; repeat: number; timeoutMs: number; marginMs: number; allowUnwrapped: boolean; command: readonly string[]; roundGapMs: number;
+    /** When round 1's signal may go (epoch ms), when not at once: the container restarted less than --round-gap before (./backoff.ts). */
+    firstSignalAt?: number;
+  };
   /** The restarts done (none without --yes). */
   rounds: Round[];
   /** Why fewer rounds than asked were done. */

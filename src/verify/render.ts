@@ -4,8 +4,10 @@
  */
 import { escapeControl, redactUserinfo, VERSION } from '../core/index.js';
 import { describeColdStart } from './before.js';
-import { seconds } from './duration.js';
+import { flagDuration as minutes, seconds } from './duration.js';
+import { KUBELET_BACKOFF_RESET_MS } from './backoff.js';
 import { outcomeOf, type Check, type Round, type VerifyResult } from './model.js';
+import type { MemoryHolder } from '../core/index.js';
 
 export interface VerifyTarget {
   server: string;
@@ -27,8 +29,28 @@ export function describePlan(result: VerifyResult): string {
   const p = result.plan;
   const t = result.target;
   const margin = t.coldStart ? `within ${seconds(p.marginMs)} of the cold start` : 'compared with the cold start, when it is known';
-  return `kill -TERM 1 in container "${t.container}" (${p.command.map((w) => (w.includes(' ') ? `'${w}'` : w)).join(' ')}, through the exec API), ${p.repeat === 1 ? 'once' : `${p.repeat} times, one after the other`}; after each, watch the pod until the container is Ready again (at most ${seconds(p.timeoutMs)}), then check: restartCount +1 exactly, no BackOff event, the preflight's lines in the new container's log, no "Free memory on device" error from vLLM, SIGTERM -> Ready ${margin}`;
+  return `${gapPlan(result)}kill -TERM 1 in container "${t.container}" (${p.command.map((w) => (w.includes(' ') ? `'${w}'` : w)).join(' ')}, through the exec API), ${p.repeat === 1 ? 'once' : `${p.repeat} times, one after the other`}; after each, watch the pod until the container is Ready again (at most ${seconds(p.timeoutMs)}), then check: restartCount +1 exactly, no BackOff event, the preflight's lines in the new container's log, no "Free memory on device" error from vLLM, SIGTERM -> Ready ${margin}`;
 }
+
+
+/**
+ * The rounds' timing, before the signal (./backoff.ts): the kubelet backs off any exit of a container within
+ * 10 minutes of its last restart, so each round waits --round-gap after the previous restart, or says what a
+ * shorter gap means. Empty when one round goes at once.
+ */
+function gapPlan(result: VerifyResult): string {
+  const p = result.plan;
+  const t = result.target;
+  const first = p.firstSignalAt !== undefined ? `wait until ${new Date(p.firstSignalAt).toISOString()} (the container last restarted at ${t.runningSince}, less than --round-gap ${minutes(p.roundGapMs)} ago); ` : '';
+  if (p.repeat === 1) return first;
+  const why = `the kubelet backs off any exit of a container within ${minutes(KUBELET_BACKOFF_RESET_MS)} of its last restart, wrapped or not (kubelet: crashLoopBackOff, forgotten after 600 s)`;
+  if (p.roundGapMs >= KUBELET_BACKOFF_RESET_MS) {
+    return `${first}each round after the first waits until --round-gap ${minutes(p.roundGapMs)} after the previous restart, as ${why}: ${p.repeat} rounds take at least ${minutes((p.repeat - 1) * p.roundGapMs)}; `;
+  }
+  return `${first}rounds after the first wait only --round-gap ${minutes(p.roundGapMs)} after the previous restart, within the kubelet's window (${why}): their BackOff is the kubelet's, reported as such and not as the race, and their new container starts at least 10 s late, when the old engine has had that long to give its memory back: they hardly test the race; `;
+}
+
+const heldBy = (holders: readonly MemoryHolder[]): string => (holders.length === 0 ? 'no process nvidia-smi could see from the container (nvidia-smi on the node shows it)' : holders.map((h) => `pid ${h.pid} (${h.mib} MiB)`).join(', '));
 
 function roundLines(r: Round, of: number): string[] {
   const out = [`Round ${r.round} of ${of}: the signal ${r.signal.outcome}, over ${r.signal.protocol}`, ...checkLines(r.checks, '  ')];
@@ -38,8 +60,12 @@ function roundLines(r: Round, of: number): string[] {
     const shown = p.lines.length <= 8 ? p.lines : [...p.lines.slice(0, 4), `... ${p.lines.length - 6} more ...`, ...p.lines.slice(-2)];
     for (const l of shown) out.push(`    ${line(l)}`);
   }
-  if (p.firstShort) out.push(line(`  waited for: GPU ${p.firstShort.gpu} had ${p.firstShort.freeMiB} MiB free at the first check and needed ${p.firstShort.needMiB} MiB${p.gaveUp ? '' : " (the preflight names what holds the memory only when it gives up; nvidia-smi on the node shows it)"}`));
-  if (p.gaveUp?.holders) out.push(line(`  holding GPU memory when it gave up: ${p.gaveUp.holders.length === 0 ? 'no process nvidia-smi could see from the container' : p.gaveUp.holders.map((h) => `pid ${h.pid} (${h.mib} MiB)`).join(', ')}`));
+  if (r.kubeletBackOff) out.push(line(`  in the kubelet's back-off window: the signal came ${r.kubeletBackOff.secondsBefore} s after the container's previous restart (${r.kubeletBackOff.previousRestart}), less than 10 minutes: a BackOff is the kubelet's, not the race`));
+  if (p.firstShort) {
+    const held = p.heldBy ? `; held by ${heldBy(p.heldBy)}` : p.gaveUp ? '' : " (this preflight's lines do not name what held it, before 0.5.0; nvidia-smi on the node shows it)";
+    out.push(line(`  waited for: GPU ${p.firstShort.gpu} had ${p.firstShort.freeMiB} MiB free at the first check and needed ${p.firstShort.needMiB} MiB${held}`));
+  }
+  if (p.gaveUp?.holders) out.push(line(`  holding GPU memory when it gave up: ${heldBy(p.gaveUp.holders)}`));
   for (const f of r.failedStarts) {
     out.push(line(`  a start that failed: exit ${f.exitCode ?? '?'}${f.reason ? ` (${f.reason})` : ''}${f.message ? `: ${f.message}` : ''}`));
     for (const e of f.freeMemory) out.push(`    ${line(e)}`);
@@ -94,7 +120,16 @@ export function renderJson(result: VerifyResult, target: VerifyTarget): string {
       coldStartUnknown: t.coldStartUnknown ?? null,
     },
     before: result.before.map(check),
-    plan: { yes: result.plan.yes, repeat: result.plan.repeat, timeoutSeconds: result.plan.timeoutMs / 1000, marginSeconds: result.plan.marginMs / 1000, allowUnwrapped: result.plan.allowUnwrapped, command: result.plan.command },
+    plan: {
+      yes: result.plan.yes,
+      repeat: result.plan.repeat,
+      timeoutSeconds: result.plan.timeoutMs / 1000,
+      marginSeconds: result.plan.marginMs / 1000,
+      allowUnwrapped: result.plan.allowUnwrapped,
+      command: result.plan.command,
+      roundGapSeconds: result.plan.roundGapMs / 1000,
+      firstSignalAt: result.plan.firstSignalAt === undefined ? null : new Date(result.plan.firstSignalAt).toISOString(),
+    },
     rounds: result.rounds.map((r) => ({
       round: r.round,
       passed: r.checks.every((c) => c.ok !== false),
@@ -103,11 +138,13 @@ export function renderJson(result: VerifyResult, target: VerifyTarget): string {
       readySeconds: r.readyAfterMs === undefined ? null : r.readyAfterMs / 1000,
       stateAtEnd: r.stateAtEnd ?? null,
       backOff: r.backOff.map((e) => ({ message: e.message, count: e.count, lastTimestamp: e.lastTimestamp ?? null })),
+      kubeletBackOff: r.kubeletBackOff ?? null,
       preflight: {
         lines: r.preflight.lines,
         waitingLines: r.preflight.waitingLines,
         waitedSeconds: r.preflight.waitedSeconds ?? null,
         firstShort: r.preflight.firstShort ?? null,
+        heldBy: r.preflight.heldBy ?? null,
         start: r.preflight.start ?? null,
         gaveUp: r.preflight.gaveUp ? { waitedSeconds: r.preflight.gaveUp.waitedSeconds, timeoutSeconds: r.preflight.gaveUp.timeoutSeconds, tightest: r.preflight.gaveUp.tightest ?? null, holders: r.preflight.gaveUp.holders ?? null } : null,
         unchecked: r.preflight.unchecked ?? null,

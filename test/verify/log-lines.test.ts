@@ -33,11 +33,11 @@ describe.each(SHELLS)('the preflight\'s lines under $name, read back', (shell) =
     expect(readAll(r.lines)).toEqual([{ kind: 'start', gpus: 1, tightest: tightest(143156) }]);
   });
 
-  it.concurrent('a wait that ends: the waiting lines, then the start with the time waited', async () => {
-    const r = await run(shell, { settings: { logIntervalSeconds: 1 }, readings: [{ out: SHORT }, { out: SHORT }, { out: gpuLine(0, 130000) }] });
+  it.concurrent('a wait that ends: the waiting lines, each with what holds the memory, then the start with the time waited', async () => {
+    const r = await run(shell, { settings: { logIntervalSeconds: 1 }, readings: [{ out: SHORT }, { out: SHORT }, { out: gpuLine(0, 130000) }], apps: '4242, 129000\n977, 1200\n' });
     expect(r.code, r.stderr).toBe(0);
     const lines = readAll(r.lines);
-    expect(lines[0]).toEqual({ kind: 'waiting', tightest: tightest(13000), moreShort: 0, waitedSeconds: 0, timeoutSeconds: 30 });
+    expect(lines[0]).toEqual({ kind: 'waiting', tightest: tightest(13000), moreShort: 0, waitedSeconds: 0, timeoutSeconds: 30, holders: [{ pid: 4242, mib: 129000 }, { pid: 977, mib: 1200 }] });
     const last = lines.at(-1)!;
     expect(last).toMatchObject({ kind: 'start', gpus: 1, tightest: tightest(130000) });
     expect(last.kind === 'start' && last.waitedSeconds).toBeGreaterThan(0);
@@ -87,7 +87,9 @@ describe.each(SHELLS)('the preflight\'s lines under $name, read back', (shell) =
 describe('the one table of formats', () => {
   it('writes each line as awk and shell text from its format, and reads what they print', () => {
     expect(awkLine('tightest', { gpu: 'id[j]', free: 'fr[j]', need: 'need', how: 'how' })).toBe('"GPU " id[j] " has " fr[j] " MiB free, needs " need " MiB (" how ")"');
-    expect(awkLine('waiting', { tightest: 'g', moreShort: 'more', waited: 'e1', timeout: 'ts' }, 'wait 33 ')).toBe('"wait 33 waiting for GPU memory before starting vLLM: " g more "; waited " e1 " s (timeout " ts " s)"');
+    // holding '': the shell adds it after awk's text (it asks nvidia-smi only for a line it logs).
+    expect(awkLine('waiting', { tightest: 'g', moreShort: 'more', waited: 'e1', timeout: 'ts', holding: '' }, 'wait 33 ')).toBe('"wait 33 waiting for GPU memory before starting vLLM: " g more "; waited " e1 " s (timeout " ts " s)"');
+    expect(shellText('holding', { holders: '$apps' })).toBe('; holding GPU memory: $apps');
     expect(shellText('signal', { signal: '$1' })).toBe('$1 while waiting for GPU memory, exiting');
   });
 

@@ -23,15 +23,17 @@ export const LINE_FORMATS = {
   checked: '{gpus} GPU(s) checked, tightest: {tightest}; starting',
   /** Before `checked` when the first reading was short: the wait ended well. */
   arrived: 'GPU memory arrived after {waited} s of waiting; ',
-  /** A short reading; repeated at most every log interval. */
-  waiting: 'waiting for GPU memory before starting vLLM: {tightest}{moreShort}; waited {waited} s (timeout {timeout} s)',
+  /** A short reading; repeated at most every log interval, each with what holds the memory then (`holding`: the shell adds it to awk's line). */
+  waiting: 'waiting for GPU memory before starting vLLM: {tightest}{moreShort}; waited {waited} s (timeout {timeout} s){holding}',
+  /** After a waiting line: what nvidia-smi lists holding memory (absent from lines of a preflight before 0.5.0). */
+  holding: '; holding GPU memory: {holders}',
   /** The wait ran into its timeout (exit 75); `why` is the tightest GPU, or lateWhy. */
   gaveUp: 'gave up after {waited} s (timeout {timeout} s) waiting for GPU memory before starting vLLM: {why}',
   /** gaveUp's reason when the last query ran into the timeout. */
   lateWhy: 'nvidia-smi did not answer within the {left} s that were left',
   /** The message of a timeout with a reading: gaveUp, then what nvidia-smi says holds memory. */
   stillHolding: "{gaveUp}. Still holding GPU memory: {holders}. This is the preflight's wait, not vLLM's check: find what keeps the memory (often an orphaned vLLM EngineCore or worker, or a sidecar) or raise the preflight timeout.",
-  /** One process of --query-compute-apps in `holders` (joined with ", "). */
+  /** One process of --query-compute-apps in `holders` (joined with ", "), in the waiting lines and the give-up message. */
   holder: 'pid {pid} ({mib} MiB)',
   /** `holders` when nvidia-smi lists none. */
   noHolder: 'none that nvidia-smi can see from this container (look on the node)',
@@ -65,7 +67,10 @@ function pieces(format: LineFormat, values: Readonly<Record<string, FieldValue>>
     }
     const value = values[part.field];
     if (value === undefined) throw new Error(`internal error: format ${format} needs a value for {${part.field}}`);
-    if (typeof value === 'string') add({ expr: value });
+    // '': left out here (another part of the script adds it after this text).
+    if (typeof value === 'string') {
+      if (value !== '') add({ expr: value });
+    }
     else for (const piece of pieces(value.format, value.values)) add(piece);
   }
   return out;
@@ -136,7 +141,7 @@ const FIELD_PATTERNS: Record<string, string> = {
 };
 
 /** Formats that a line may leave out where they stand in another (awk prints "" for them). */
-const OPTIONAL: ReadonlySet<string> = new Set(['moreShort']);
+const OPTIONAL: ReadonlySet<string> = new Set(['moreShort', 'holding']);
 
 /** A pattern for `format`, its fields as capture groups named in `names` (`tightest.gpu` for a nested one). */
 function patternSource(format: LineFormat, names: string[], prefix = ''): string {
@@ -211,7 +216,15 @@ export interface MemoryHolder {
 /** One line of the preflight, read. Values, not prose: a reader decides with them. */
 export type PreflightLine =
   | { kind: 'start'; waitedSeconds?: number; gpus: number; tightest: TightestGpu }
-  | { kind: 'waiting'; tightest: TightestGpu; moreShort: number; waitedSeconds: number; timeoutSeconds: number }
+  | {
+      kind: 'waiting';
+      tightest: TightestGpu;
+      moreShort: number;
+      waitedSeconds: number;
+      timeoutSeconds: number;
+      /** What nvidia-smi listed holding memory then; [] none it could see from the container; absent when the line does not say (a preflight before 0.5.0). */
+      holders?: MemoryHolder[];
+    }
   | {
       kind: 'gave-up';
       waitedSeconds: number;
@@ -225,6 +238,10 @@ export type PreflightLine =
   | { kind: 'signal'; signal: string }
   | { kind: 'unchecked'; why: string }
   | { kind: 'other'; text: string };
+
+/** `holders` as the script wrote it: the processes, or [] for none it could see. */
+const holdersOf = (listed: string): MemoryHolder[] =>
+  listed === LINE_FORMATS.noHolder ? [] : listed.split(', ').map((h) => match('holder', h)).filter((h): h is Record<string, string> => h !== undefined).map((h) => ({ pid: Number(h.pid), mib: Number(h.mib) }));
 
 const tightestOf = (f: Record<string, string>, prefix: string): TightestGpu | undefined =>
   f[`${prefix}gpu`] === undefined ? undefined : { gpu: f[`${prefix}gpu`]!, freeMiB: Number(f[`${prefix}free`]), needMiB: Number(f[`${prefix}need`]), how: f[`${prefix}how`]! };
@@ -243,13 +260,14 @@ export function readPreflightLine(line: string): PreflightLine | undefined {
   let f = match('start', text);
   if (f) return { kind: 'start', ...(f.waited !== undefined && { waitedSeconds: Number(f.waited) }), gpus: Number(f.gpus), tightest: tightestOf(f, 'tightest.')! };
   if ((f = match('waiting', text))) {
-    return { kind: 'waiting', tightest: tightestOf(f, 'tightest.')!, moreShort: Number(f['moreShort.count'] ?? 0), waitedSeconds: Number(f.waited), timeoutSeconds: Number(f.timeout) };
+    const held = f['holding.holders'];
+    return { kind: 'waiting', tightest: tightestOf(f, 'tightest.')!, moreShort: Number(f['moreShort.count'] ?? 0), waitedSeconds: Number(f.waited), timeoutSeconds: Number(f.timeout), ...(held !== undefined && { holders: holdersOf(held) }) };
   }
   const holding = match('stillHolding', text);
   if ((f = holding ? Object.fromEntries(Object.entries(holding).filter(([k]) => k.startsWith('gaveUp.')).map(([k, v]) => [k.slice('gaveUp.'.length), v])) : match('gaveUp', text))) {
     const why = match('tightestMore', f.why ?? '') ?? {};
     const listed = holding?.holders;
-    const holders = listed === undefined ? undefined : listed === LINE_FORMATS.noHolder ? [] : listed.split(', ').map((h) => match('holder', h)).filter((h): h is Record<string, string> => h !== undefined).map((h) => ({ pid: Number(h.pid), mib: Number(h.mib) }));
+    const holders = listed === undefined ? undefined : holdersOf(listed);
     return {
       kind: 'gave-up',
       waitedSeconds: Number(f.waited),

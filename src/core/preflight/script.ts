@@ -130,7 +130,7 @@ END {
     }
     need = req + ctx + h; how = req " for vLLM: " u " x " ct " MiB CUDA total" (r ? " = " tot[j] " - " r " reserved" : " = " tot[j] ", no reserve reported") "; " ctx " for its CUDA context; " h " headroom"
     if (need > ct - 1) {
-      # More than it can have free: cut to what an idle GPU surely shows, never below the request of vLLM (docs/restart-race.md, section 6: the threshold).
+      # More than it can have free: cut to what an idle GPU surely shows, never below what vLLM requests (docs/restart-race.md, section 6).
       idle = r ? ct - 64 : req
       if (idle < req) idle = req
       need = idle; how = (r ? "the CUDA total less 64 MiB an idle GPU may use" : "the request of vLLM alone, no reserve reported") ", as " how " would be more: vLLM itself decides"
@@ -143,7 +143,7 @@ END {
   more = short > 1 ? ${awkLine('moreShort', { count: 'short - 1' })} : ""
   if (!short) print "ok " (first == "" ? "" : ${awkLine('arrived', { waited: 'e1' })}) ${awkLine('checked', { gpus: 'n', tightest: 'g' })}
   else if (el >= ts) print ${awkLine('gaveUp', { waited: 'e1', timeout: 'ts', why: 'g more' }, 'timeout ')}
-  else print "wait " 32 + cap ${awkLine('waiting', { tightest: 'g', moreShort: 'more', waited: 'e1', timeout: 'ts' }, ' ')}
+  else print "wait " 32 + cap ${awkLine('waiting', { tightest: 'g', moreShort: 'more', waited: 'e1', timeout: 'ts', holding: '' }, ' ')}
 }`;
 
 /**
@@ -155,16 +155,17 @@ END {
  * counted from the whole second after the first reading (`zero` + 1: the wall-clock
  * second at which the count stands at 0), and never less than the pauses slept since
  * (each round sleeps at least one pause): at most 2 s short. The wall clock jumps when it
- * is set, so a step no round can take (backwards, or longer than a pause, a query and
- * 2 s) counts as one pause and the count starts afresh from there; with no clock at all
- * every round counts as one pause. Either way the timeout fires late, never early.
+ * is set, so a step no round can take (backwards, or longer than a pause, two queries
+ * (the reading and, for a logged line, what holds the memory) and 2 s) counts as one pause
+ * and the count starts afresh from there; with no clock at all every round counts as one
+ * pause. Either way the timeout fires late, never early.
  * Prints the elapsed seconds, the next query's limit (the per-query limit, cut to the time
  * that is left, at least 2 s), whether this round logs (1) or not (0), and `zero`.
  */
 export const CLOCK_AWK = `BEGIN {
   d = raw - prev
   if (src == "u" && psrc == "u") el += d
-  else if (src == "d" && psrc == "d" && d >= 0 && d <= poll + lim + 2) { el += poll; if (raw - zero - 1 > el) el = raw - zero - 1 }
+  else if (src == "d" && psrc == "d" && d >= 0 && d <= poll + 2 * lim + 2) { el += poll; if (raw - zero - 1 > el) el = raw - zero - 1 }
   else { el += poll; if (src == "d") zero = raw - el }
   left = ts - el
   l = left < 2 ? 2 : int(left) + (left > int(left)); if (l > q) l = q
@@ -212,7 +213,7 @@ const TREE_AWK = `BEGIN {
   for (p in kin) if (p != root) print p
 }`;
 
-/** Formats nvidia-smi --query-compute-apps output for the timeout message. */
+/** Formats nvidia-smi --query-compute-apps output for the waiting lines and the timeout message. */
 const APPS_AWK = `-F', *' 'NF >= 2 { a = a (a ? ", " : "") ${awkLine('holder', { pid: '$1', mib: '$2' })} } END { print a ? a : ${awkLine('noHolder')} }'`;
 
 /** The loop that takes the last --gpu-memory-utilization of `list`, in any spelling vLLM accepts. */
@@ -391,6 +392,10 @@ const POLL = `# One reading and its verdict, as a background job; it says what i
 # answers exit status 2: ask again without it.
 # shellcheck disable=SC2016 # an awk program: its $ are awk's, not the shell's
 judge='${JUDGE_AWK.trim()}'
+# What holds GPU memory, into apps: only for a logged waiting line, and at the timeout.
+holders() {
+  apps=\`smi --query-compute-apps=pid,used_memory --format=csv,noheader,nounits 2>/dev/null | awk ${APPS_AWK}\`
+}
 poll() {
   for fields in ${QUERY_FIELDS.join(' ')}; do
     if out=\`smi --query-gpu="$fields" --format=csv,noheader,nounits\`; then rc=0; else rc=$?; fi
@@ -404,9 +409,12 @@ poll() {
   bad\\ *) unavailable "\${r#bad }"; exit ${POLL_START_UNCHECKED} ;;
   late\\ *) die ${EXIT_TIMEOUT} "\${r#late }. This is the preflight's wait, not vLLM's check: nvidia-smi hangs when the driver is wedged; look at the node." ;;
   timeout\\ *)
-    apps=\`smi --query-compute-apps=pid,used_memory --format=csv,noheader,nounits 2>/dev/null | awk ${APPS_AWK}\`
+    holders
     die ${EXIT_TIMEOUT} "${shellText('stillHolding', { gaveUp: '${r#timeout }', holders: '$apps' })}" ;;
-  wait\\ *) r=\${r#wait }; [ "$logit" = 0 ] || say "\${r#* }"; exit "\${r%% *}" ;;
+  wait\\ *)
+    r=\${r#wait }
+    [ "$logit" = 0 ] || { holders; say "\${r#* }${shellText('holding', { holders: '$apps' })}"; }
+    exit "\${r%% *}" ;;
   esac
   unavailable "unexpected verdict: $r"
   exit ${POLL_START_UNCHECKED}
