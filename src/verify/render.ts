@@ -29,25 +29,22 @@ export function describePlan(result: VerifyResult): string {
   const p = result.plan;
   const t = result.target;
   const margin = t.coldStart ? `within ${seconds(p.marginMs)} of the cold start` : 'compared with the cold start, when it is known';
-  return `${gapPlan(result)}kill -TERM 1 in container "${t.container}" (${p.command.map((w) => (w.includes(' ') ? `'${w}'` : w)).join(' ')}, through the exec API), ${p.repeat === 1 ? 'once' : `${p.repeat} times, one after the other`}; after each, watch the pod until the container is Ready again (at most ${seconds(p.timeoutMs)}), then check: restartCount +1 exactly, no BackOff event, the preflight's lines in the new container's log, no "Free memory on device" error from vLLM, SIGTERM -> Ready ${margin}`;
+  const first = p.firstSignalAt !== undefined ? `wait until ${new Date(p.firstSignalAt).toISOString()} (the container last restarted at ${t.runningSince}, less than --round-gap ${minutes(p.roundGapMs)} ago); ` : '';
+  return `${first}kill -TERM 1 in container "${t.container}" (${p.command.map((w) => (w.includes(' ') ? `'${w}'` : w)).join(' ')}, through the exec API), ${p.repeat === 1 ? 'once' : `${p.repeat} times, one after the other, ${gapPlan(p)}`}; after each, watch the pod until the container is Ready again (at most ${seconds(p.timeoutMs)}), then check: restartCount +1 exactly, no BackOff event, the preflight's lines in the new container's log, no "Free memory on device" error from vLLM, SIGTERM -> Ready ${margin}`;
 }
 
 
 /**
- * The rounds' timing, before the signal (./backoff.ts): the kubelet backs off any exit of a container within
- * 10 minutes of its last restart, so each round waits --round-gap after the previous restart, or says what a
- * shorter gap means. Empty when one round goes at once.
+ * The timing of the rounds after the first (./backoff.ts): the kubelet backs off any exit of a container
+ * within 10 minutes of its last restart, so each waits --round-gap after the previous restart, or the plan
+ * says what a shorter gap means.
  */
-function gapPlan(result: VerifyResult): string {
-  const p = result.plan;
-  const t = result.target;
-  const first = p.firstSignalAt !== undefined ? `wait until ${new Date(p.firstSignalAt).toISOString()} (the container last restarted at ${t.runningSince}, less than --round-gap ${minutes(p.roundGapMs)} ago); ` : '';
-  if (p.repeat === 1) return first;
+function gapPlan(p: VerifyResult['plan']): string {
   const why = `the kubelet backs off any exit of a container within ${minutes(KUBELET_BACKOFF_RESET_MS)} of its last restart, wrapped or not (kubelet: crashLoopBackOff, forgotten after 600 s)`;
   if (p.roundGapMs >= KUBELET_BACKOFF_RESET_MS) {
-    return `${first}each round after the first waits until --round-gap ${minutes(p.roundGapMs)} after the previous restart, as ${why}: ${p.repeat} rounds take at least ${minutes((p.repeat - 1) * p.roundGapMs)}; `;
+    return `each after the first --round-gap ${minutes(p.roundGapMs)} after the previous restart, as ${why}: at least ${minutes((p.repeat - 1) * p.roundGapMs)} in all`;
   }
-  return `${first}rounds after the first wait only --round-gap ${minutes(p.roundGapMs)} after the previous restart, within the kubelet's window (${why}): their BackOff is the kubelet's, reported as such and not as the race, and their new container starts at least 10 s late, when the old engine has had that long to give its memory back: they hardly test the race; `;
+  return `each after the first only --round-gap ${minutes(p.roundGapMs)} after the previous restart, within the kubelet's window (${why}): their BackOff is the kubelet's, reported as such and not as the race, and their new container starts at least 10 s late, when the old engine has had that long to give its memory back: they hardly test the race`;
 }
 
 const heldBy = (holders: readonly MemoryHolder[]): string => (holders.length === 0 ? 'no process nvidia-smi could see from the container (nvidia-smi on the node shows it)' : holders.map((h) => `pid ${h.pid} (${h.mib} MiB)`).join(', '));

@@ -122,7 +122,7 @@ describe("the kubelet's back-off window (kubelet.go: a container's back-off is f
   it('the plan says what the gap costs or means, and the report marks the rounds in the window', () => {
     const plan = (roundGapMs: number, repeat = 3): VerifyResult => ({ target, before: [{ name: 'wrapped', ok: true, detail: '' }], plan: { yes: false, repeat, timeoutMs: 600_000, marginMs: 30_000, allowUnwrapped: false, command: SIGNAL_COMMAND, roundGapMs }, rounds: [], unread: [] });
     const where = { server: 'https://k', credentials: 'kubeconfig' };
-    expect(renderText(plan(DEFAULT_ROUND_GAP_MS), where)).toMatch(/each round after the first waits until --round-gap 10m15s after the previous restart, as the kubelet backs off any exit of a container within 10m of its last restart, wrapped or not \(kubelet: crashLoopBackOff, forgotten after 600 s\): 3 rounds take at least 20m30s/);
+    expect(renderText(plan(DEFAULT_ROUND_GAP_MS), where)).toMatch(/Plan: kill -TERM 1 in container "model" \(\/bin\/sh -c 'kill -TERM 1', through the exec API\), 3 times, one after the other, each after the first --round-gap 10m15s after the previous restart, as the kubelet backs off any exit of a container within 10m of its last restart, wrapped or not \(kubelet: crashLoopBackOff, forgotten after 600 s\): at least 20m30s in all; after each/);
     expect(renderText(plan(30_000), where)).toMatch(/their BackOff is the kubelet's, reported as such and not as the race, .* they hardly test the race/);
     expect(renderText(plan(DEFAULT_ROUND_GAP_MS, 1), where)).not.toMatch(/round-gap/);
     const later = { ...plan(DEFAULT_ROUND_GAP_MS, 1), target: { ...target, restartCount: 1, runningSince: '2026-12-05T12:00:00Z' } };

@@ -155,7 +155,7 @@ describe('without --yes: the checks and the plan, and nothing done', () => {
     expect(out).toMatch(/\n {2}ok {5}ready: {3}pod \S+\/wrapped is Running and Ready; container "model" running since 2026-12-05T12:00:05Z, ready, restartCount 0/);
     expect(out).toContain('ok     rbac:    RBAC allows all it does in namespace');
     expect(out).toContain('cold start: 90.0 s (status.startTime 2026-12-05T12:00:00Z to Ready 2026-12-05T12:01:30Z)');
-    expect(out).toContain("Plan: kill -TERM 1 in container \"model\" (/bin/sh -c 'kill -TERM 1', through the exec API), 3 times, one after the other;");
+    expect(out).toContain("Plan: kill -TERM 1 in container \"model\" (/bin/sh -c 'kill -TERM 1', through the exec API), 3 times, one after the other, each after the first --round-gap 10m15s after the previous restart, as the kubelet backs off any exit of a container within 10m of its last restart");
     expect(out.trimEnd().split('\n').at(-1)).toBe('result: plan only, nothing was done; run the same with --yes to do it (exit code 0)');
     expect(restartCount('wrapped')).toBe(0);
     const requests = requestsBy('verifier', from);
