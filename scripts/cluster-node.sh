@@ -29,7 +29,7 @@ node_name=vram-preflight-test-node
 node_net=198.18.0
 node_ip=$node_net.1
 node_bridge=vpt-br0
-node_cgroup=vram-preflight-node
+node_cgroup=${VRAM_PREFLIGHT_NODE_CGROUP:-vram-preflight-node}
 # The node's scheduler (kube-scheduler with one profile of this name) schedules only
 # the pods of namespaces labelled $node_opt_in=true (a MutatingAdmissionPolicy gives
 # them to it); the many pods other tests only store are never looked at, as before.
@@ -80,16 +80,46 @@ node_build() {
   [ "$built" = 0 ] || log "the node's parts built in $((SECONDS - started)) s"
 }
 
+# The images' /bin/sh and tools: a static busybox. A static one on PATH is taken;
+# else Debian's (package busybox-static) is unpacked into .cache, never installed:
+# installing it replaces the package busybox, whose dynamic binary is the "busybox sh"
+# of the preflight's tests, and Debian's static build runs its own applets (sleep,
+# awk) before PATH, where those tests put their fakes.
+static_busybox() {
+  local found dir=$cache/busybox-static work
+  found=$(command -v busybox || true)
+  if [ -n "$found" ] && ! ldd "$found" >/dev/null 2>&1; then echo "$found"; return 0; fi
+  if [ ! -x "$dir/busybox" ]; then
+    if ! command -v apt-get >/dev/null || ! command -v dpkg-deb >/dev/null; then
+      log "the test images need a static busybox: put one on PATH, or run on Debian (apt-get download busybox-static)"
+      exit 1
+    fi
+    work=$(mktemp -d)
+    # apt's lists may be missing on a fresh machine: read them once, then ask again.
+    if ! (cd "$work" && apt-get download -qq busybox-static >/dev/null 2>&1); then
+      apt-get update -qq >/dev/null
+      (cd "$work" && apt-get download -qq busybox-static >/dev/null 2>&1) ||
+        { log "apt-get download busybox-static failed (the test images need a static busybox)"; rm -rf "$work"; exit 1; }
+    fi
+    dpkg-deb -x "$work"/busybox-static_*.deb "$work/root"
+    if ldd "$work/root/bin/busybox" >/dev/null 2>&1; then
+      log "Debian's busybox-static gave a dynamic $work/root/bin/busybox"
+      exit 1
+    fi
+    mkdir -p "$dir"
+    install -m 0755 "$work/root/bin/busybox" "$dir/busybox.partial"
+    mv "$dir/busybox.partial" "$dir/busybox"
+    rm -rf "$work"
+  fi
+  echo "$dir/busybox"
+}
+
 # The test images, built offline as scripts/build-image.sh builds the release's
 # (buildah, vfs storage, no daemon, every timestamp 0), as Docker archives that
 # `ctr images import` reads with their names.
 node_images() {
   local images=$bin/images busybox
-  busybox=$(command -v busybox || true)
-  if [ -z "$busybox" ] || ldd "$busybox" >/dev/null 2>&1; then
-    log "the test images need a static busybox for /bin/sh (Debian package busybox-static)"
-    exit 1
-  fi
+  busybox=$(static_busybox)
   local want
   want=$( (cat "$bin/fake-gpu" "$bin/pause" "$busybox" "$standin_module/Containerfile"; declare -f node_images) | stamp_of)
   if [ "$(cat "$images/.stamp" 2>/dev/null)" = "$want" ] && [ -f "$images/vllm-openai.tar" ] && [ -f "$images/lmcache-vllm-openai.tar" ] && [ -f "$images/pause.tar" ]; then
@@ -330,6 +360,13 @@ take_node_lock() {
       kill -TERM "$holder" 2>/dev/null || true
       flock -w 10 9 || true
     fi
+  fi
+  # VRAM_PREFLIGHT_NODE_WAIT=<seconds>: wait that long for another checkout's node to go
+  # (checkouts of one machine taking turns), instead of starting without a node at once.
+  local wait_s=${VRAM_PREFLIGHT_NODE_WAIT:-0}
+  if [ "$wait_s" != 0 ] && ! flock -n 9; then
+    log "another checkout's node runs on this machine: waiting up to $wait_s s for it ($(cat "$node_lock" 2>/dev/null))"
+    flock -w "$wait_s" 9 || true
   fi
   if ! flock -n 9; then
     exec 9>&-

@@ -6,7 +6,8 @@
 # python3-jsonpatch to apply the webhook's patches; curl and jq for the docs recipes;
 # promtool (Debian prometheus) to check and unit-test the chart's alert rules; buildah and umoci to build and unpack
 # the images, daemonless and offline; for the test cluster's node: runc, iptables, conntrack, iproute2,
-# and busybox-static, a busybox for the shells of the tests and of the node's test image),
+# and busybox, the dynamic build the preflight's tests run as "busybox sh"; the node's test image
+# unpacks Debian's busybox-static itself, scripts/cluster-node.sh),
 # the npm dependencies and the real helm binaries, builds the bundle,
 # type-checks, builds and starts the test cluster (scripts/cluster.sh: etcd,
 # kube-apiserver, kube-controller-manager and kubectl from their Go modules, and
@@ -16,13 +17,15 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 # command -> Debian package that provides it
-packages=(python3:python3 dash:dash busybox:busybox-static shellcheck:shellcheck unzip:unzip unshare:util-linux setpriv:util-linux mount:mount hyperfine:hyperfine docker-registry:docker-registry skopeo:skopeo openssl:openssl git:git gpg:gpg gpg-agent:gpg-agent gpgconf:gpgconf buildah:buildah umoci:umoci curl:curl jq:jq promtool:prometheus setsid:util-linux flock:util-linux ip:iproute2 runc:runc iptables:iptables conntrack:conntrack)
+packages=(python3:python3 dash:dash busybox:busybox shellcheck:shellcheck unzip:unzip unshare:util-linux setpriv:util-linux mount:mount hyperfine:hyperfine docker-registry:docker-registry skopeo:skopeo openssl:openssl git:git gpg:gpg gpg-agent:gpg-agent gpgconf:gpgconf buildah:buildah umoci:umoci curl:curl jq:jq promtool:prometheus setsid:util-linux flock:util-linux ip:iproute2 runc:runc iptables:iptables conntrack:conntrack)
 missing=()
 for entry in "${packages[@]}"; do
   command -v "${entry%%:*}" >/dev/null 2>&1 || missing+=("${entry#*:}")
 done
-# The test node's image needs busybox linked statically (Debian's package busybox is not: ldd reads it)
-if command -v busybox >/dev/null 2>&1 && ldd "$(command -v busybox)" >/dev/null 2>&1; then missing+=(busybox-static); fi
+# "busybox sh" in the preflight's tests is Debian's dynamic busybox: its static build (package busybox-static,
+# which an earlier version of this script installed in its place) runs its own sleep and awk before PATH,
+# where the tests put their fakes. Installing busybox replaces busybox-static.
+if command -v busybox >/dev/null 2>&1 && ! ldd "$(command -v busybox)" >/dev/null 2>&1; then missing+=(busybox); fi
 # Python modules for Debian's own python3 (an independent RFC 6902 implementation for the JSON Patch tests)
 /usr/bin/python3 -c 'import jsonpatch' >/dev/null 2>&1 || missing+=(python3-jsonpatch)
 # ... and a YAML 1.1 reader (PyYAML) standing in for go-yaml, which Helm and kubectl read manifests with (admit's YAML output)
