@@ -288,7 +288,7 @@ function apiError(error: KubernetesApiError): PreflightError {
 
 /** The whole run's deadline passed (each --timeout and the requests around it): said as such, with how far it got. */
 function timedOut(args: VerifyArgs, error: KubernetesDeadlineError): PreflightError {
-  return new PreflightError('KUBERNETES_API', `verify did not finish within its deadline (${ROUND_SLACK_MS / 1000} s, and --timeout plus ${ROUND_SLACK_MS / 1000} s for each of the ${args.repeat} restart(s)): ${error.message}`, {
+  return new PreflightError('KUBERNETES_API', `verify did not finish within its deadline (${ROUND_SLACK_MS / 1000} s, and --round-gap, --timeout and ${ROUND_SLACK_MS / 1000} s for each of the ${args.repeat} restart(s)): ${error.message}`, {
     fix: 'check that the API server answers (kubectl get --raw /readyz); an API server this slow makes the restart\'s figures meaningless too',
   });
 }

@@ -6,6 +6,7 @@
 import { describe, expect, it } from 'vitest';
 import { backOffWindow, DEFAULT_ROUND_GAP_MS, KUBELET_BACKOFF_RESET_MS, signalAt } from '../../src/verify/backoff.js';
 import { flagDuration, parseDuration } from '../../src/verify/duration.js';
+import { runVerify } from '../../src/verify/main.js';
 import { renderJson, renderText } from '../../src/verify/render.js';
 import { outcomeOf, type Round, type VerifyResult } from '../../src/verify/model.js';
 import { preflightEvidence, roundChecks, SIGNAL_COMMAND } from '../../src/verify/restart.js';
@@ -141,6 +142,25 @@ describe("the kubelet's back-off window (kubelet.go: a container's back-off is f
     expect(json.rounds.map((r: { kubeletBackOff: unknown }) => r.kubeletBackOff)).toEqual([null, { previousRestart: '2026-12-05T12:00:00.000Z', secondsBefore: 31 }]);
     expect(json.rounds[0].preflight.heldBy).toEqual([{ pid: 7, mib: 71424 }]);
     expect(json.plan).toMatchObject({ roundGapSeconds: 30, firstSignalAt: null });
+  });
+});
+
+describe('--round-gap on the command line', () => {
+  const run = async (...args: string[]) => {
+    let stderr = '';
+    let stdout = '';
+    const io = { stdout: { write: (t: string) => (stdout += t) }, stderr: { write: (t: string) => (stderr += t) }, env: {}, readFile: () => '', exists: () => false };
+    return { code: await runVerify(['--namespace', 'ml', '--pod', 'p', ...args], io), stdout, stderr };
+  };
+
+  it('is a duration from 0s to 1h; anything else is a usage error (exit 2) before any request', async () => {
+    expect(await run('--round-gap', '10')).toMatchObject({ code: 2, stdout: '', stderr: expect.stringContaining('--round-gap is "10", not a duration') });
+    expect(await run('--round-gap', '2h')).toMatchObject({ code: 2, stderr: expect.stringContaining('--round-gap is "2h", more than 1h') });
+  });
+
+  it('is in the help with its default and why', async () => {
+    const help = (await run('--help')).stdout;
+    expect(help).toMatch(/--round-gap DURATION +how long after the container's previous restart a round's signal waits: the kubelet backs off any exit within 10 minutes of a container's last restart, wrapped or not; shorter: those rounds report that BackOff as the kubelet's, not the race \(default 10m15s\)/);
   });
 });
 
