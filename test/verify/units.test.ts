@@ -3,6 +3,8 @@
  * of a log read into what it waited for, each check of a round judged from
  * its evidence, the outcome and exit code of a run, and the duration flags.
  */
+import { readFileSync } from 'node:fs';
+import { Ajv } from 'ajv';
 import { describe, expect, it } from 'vitest';
 import { backOffWindow, DEFAULT_ROUND_GAP_MS, KUBELET_BACKOFF_RESET_MS, signalAt } from '../../src/verify/backoff.js';
 import { flagDuration, parseDuration } from '../../src/verify/duration.js';
@@ -142,6 +144,10 @@ describe("the kubelet's back-off window (kubelet.go: a container's back-off is f
     expect(json.rounds.map((r: { kubeletBackOff: unknown }) => r.kubeletBackOff)).toEqual([null, { previousRestart: '2026-12-05T12:00:00.000Z', secondsBefore: 31 }]);
     expect(json.rounds[0].preflight.heldBy).toEqual([{ pid: 7, mib: 71424 }]);
     expect(json.plan).toMatchObject({ roundGapSeconds: 30, firstSignalAt: null });
+    // A report with rounds, one in the window, as src/verify.schema.json says.
+    const validate = new Ajv({ strict: true, allErrors: true }).compile(JSON.parse(readFileSync(new URL('../../src/verify.schema.json', import.meta.url), 'utf8')));
+    expect(validate(json), JSON.stringify(validate.errors)).toBe(true);
+    expect(validate(JSON.parse(renderJson(later, where))), JSON.stringify(validate.errors)).toBe(true);
   });
 });
 
