@@ -48,6 +48,14 @@ describe('the evidence of a round', () => {
     });
   });
 
+  it('reads a waiting line of a preflight before 0.5.0 (no holder named): what held the memory is then unknown, not none', () => {
+    const old = preflightEvidence(`vram-preflight: waiting for GPU memory before starting vLLM: GPU 0 has 1200 MiB free, needs 72192 MiB (${HOW}); waited 0.0 s (timeout 300 s)\n${LOG.split('\n')[2]}`);
+    expect(old).toMatchObject({ waitingLines: 1, firstShort: { gpu: '0', freeMiB: 1200, needMiB: 72192 } });
+    expect(old.heldBy).toBeUndefined();
+    const none = preflightEvidence(LOG.split('\n')[1]!);
+    expect(none.heldBy).toEqual([]);
+  });
+
   it('judges each check of the ticket from it', () => {
     expect(judged(round())).toEqual({ 'ready-again': true, 'one-restart': true, 'no-backoff': true, 'preflight-ran': true, 'no-vllm-error': true, 'restart-time': true });
     // 60 s cold start + 30 s margin: 91 s is too slow.
