@@ -247,10 +247,13 @@ describe.each(SHELLS)('faults under $name', (shell) => {
       await nothingLeft(r);
     });
 
-    it('a hung --query-compute-apps at the timeout is cut short too', async () => {
+    it('a hung --query-compute-apps at the timeout is cut short too, and on a waiting line', async () => {
       const r = await fault(shell, { settings: { timeoutSeconds: 1 }, readings: [{ out: SHORT }], appsHang: true });
       expect(r.code).toBe(EXIT_TIMEOUT);
-      expect(r.ms).toBeLessThan(1000 + 6000);
+      // two apps queries, each cut at the 2 s limit: the first waiting line's, and the timeout's
+      expect(r.appsQueries).toBe(2);
+      expect(r.ms).toBeLessThan(1000 + 2 * 2000 + 5000);
+      expect(r.lines[0]).toMatch(/; holding GPU memory: none that nvidia-smi can see from this container \(look on the node\)$/);
       expect(r.lines.at(-1)).toContain('Still holding GPU memory: none that nvidia-smi can see');
       await nothingLeft(r);
     });
