@@ -1,8 +1,16 @@
+import os from 'node:os';
 import { defineConfig } from 'vitest/config';
+
+// Most unit files wait on real time, not on the CPU: the preflight under three shells
+// polls, sleeps and times out for real, servers answer over sockets. vitest's default
+// (one worker fewer than the CPUs) runs them one by one on a 2-core machine.
+const UNIT_WORKERS = Math.max(2, os.availableParallelism());
 
 // The tests against the real cluster (scripts/cluster.sh) share one
 // kube-apiserver and one node: their webhook configurations are cluster-wide,
-// so those files run one after another, beside the rest of the suite. The docs
+// so those files run one after another. vitest runs such a project only after
+// every other file: scripts/test.sh runs the two projects as two processes, side
+// by side (`npm test` runs them in one, one after the other). The docs
 // test installs the webhook chart as the docs do (a cluster-wide webhook
 // configuration for every namespace labelled vram-preflight.io/inject=enabled).
 const CLUSTER_TESTS = ['test/apiserver/**/*.test.ts', 'test/audit/**/*.test.ts', 'test/node/**/*.test.ts', 'test/docs-commands.test.ts', 'test/verify/verify.test.ts', 'test/verify/node.test.ts'];
@@ -12,7 +20,7 @@ export default defineConfig({
     testTimeout: 20_000,
     hookTimeout: 60_000,
     projects: [
-      { extends: true, test: { name: 'unit', include: ['test/**/*.test.ts'], exclude: [...CLUSTER_TESTS, '**/node_modules/**'] } },
+      { extends: true, test: { name: 'unit', include: ['test/**/*.test.ts'], exclude: [...CLUSTER_TESTS, '**/node_modules/**'], maxWorkers: UNIT_WORKERS } },
       { extends: true, test: { name: 'cluster', include: CLUSTER_TESTS, fileParallelism: false } },
     ],
   },

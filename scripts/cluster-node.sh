@@ -21,10 +21,9 @@ node_module="$module/node"
 standin_module="$module/standin"
 # The node's name, its address (the bridge's, which the API server binds and
 # advertises so that pods reach it through the kubernetes Service) and its pods'
-# range: RFC 2544's benchmarking range, never routed, as RFC 5737's three are all
-# taken: TEST-NET-1 (192.0.2.0/24) is CI's VMs' own network (eth0 192.0.2.2, the
-# gateway 192.0.2.1), TEST-NET-2 the Services', TEST-NET-3 the pods of the tests'
-# own kubelet (test/apiserver/kubelet.ts).
+# range: RFC 2544's benchmarking range, never routed: of RFC 5737's three,
+# TEST-NET-1 (192.0.2.0/24) is CI's VMs' own network (eth0 192.0.2.2, the
+# gateway 192.0.2.1) and TEST-NET-2 the Services'.
 node_name=vram-preflight-test-node
 node_net=198.18.0
 node_ip=$node_net.1
@@ -339,8 +338,10 @@ start_in_node() { # <logfile> <command…>
 
 node_procs() { # the pids in the node's cgroups
   local d
+  # (A missing directory is no failure: under pipefail it made `pids=$(node_procs)` end
+  # down before its cleanup, once something else had removed the node's cgroups.)
   for d in $(cgroup_dirs); do
-    [ -d "$d" ] && find "$d" -name cgroup.procs -exec cat {} + 2>/dev/null
+    [ ! -d "$d" ] || find "$d" -name cgroup.procs -exec cat {} + 2>/dev/null || true
   done | sort -u
 }
 
@@ -373,12 +374,40 @@ take_node_lock() {
     NODE_ERROR="another checkout's node runs on this machine ($(cat "$node_lock" 2>/dev/null || echo "owner unknown")): only one node runs per machine (cgroups, iptables); run scripts/cluster.sh down there, then scripts/cluster.sh up here"
     return 1
   fi
-  echo "$state, lock held by pid $$ from $(date -u +%FT%TZ)" >"$node_lock"
+  # A holder the lock file names that is alive and holds the file open as its fd 9 holds
+  # the node, even though flock let us in: until 2026-12-05 take_node_lock rewrote the file
+  # with sed -i after locking it, which put a new file in its place and left the holder's
+  # lock on the removed one. Wait for it (or end it, if it is this checkout's own).
+  local named deadline=$((SECONDS + ${VRAM_PREFLIGHT_NODE_WAIT:-0}))
+  while named=$(named_lock_holder) && [ -n "$named" ]; do
+    if [ "$(sed -n 's/, lock held by pid .*//p' "$node_lock" 2>/dev/null)" = "$state" ]; then
+      log "the node lock is held by this checkout's own interrupted run (pid $named): taking it back"
+      kill -TERM "$named" 2>/dev/null || true
+      sleep 1
+    elif [ "$SECONDS" -lt "$deadline" ]; then
+      sleep 2
+    else
+      exec 9>&-
+      NODE_ERROR="another checkout's node runs on this machine ($(cat "$node_lock" 2>/dev/null)): only one node runs per machine (cgroups, iptables); run scripts/cluster.sh down there, then scripts/cluster.sh up here"
+      return 1
+    fi
+  done
   setsid sleep infinity </dev/null >/dev/null 2>&1 &
   LOCK_PID=$!
+  # Written in place, into the file the lock is on: a file put in its place (sed -i, mv)
+  # would leave the lock on a removed file that the next checkout's flock never sees.
+  echo "$state, lock held by pid $LOCK_PID from $(date -u +%FT%TZ)" >"$node_lock"
   exec 9>&-
-  sed -i "s/by pid $$/by pid $LOCK_PID/" "$node_lock"
   echo "LOCK_PID=$LOCK_PID" >>"$state"
+}
+
+# The pid the lock file names, if that process is alive and holds the lock file (or a removed
+# earlier one) open as its fd 9, as every holder take_node_lock starts does.
+named_lock_holder() {
+  local holder
+  holder=$(sed -n 's/.* lock held by pid \([0-9]*\) .*/\1/p' "$node_lock" 2>/dev/null)
+  alive "$holder" || return 1
+  case "$(readlink "/proc/$holder/fd/9" 2>/dev/null)" in "$node_lock" | "$node_lock (deleted)") echo "$holder" ;; *) return 1 ;; esac
 }
 
 # Why this machine cannot run the node, if it cannot.
@@ -542,7 +571,7 @@ node_ready() {
 node_cleanup() { # <dir>
   local dir=$1 pid
   for pid in "${PLUGIN_PID:-}" "${PROXY_PID:-}" "${KUBELET_PID:-}"; do
-    if alive "$pid"; then kill -TERM -- "-$pid" 2>/dev/null || true; fi
+    if ours "$pid"; then kill -TERM -- "-$pid" 2>/dev/null || true; fi
   done
   # Everything else of the node dies at once: containers, shims, containerd.
   for _ in $(seq 50); do
@@ -610,17 +639,37 @@ node_cleanup() { # <dir>
   ip link delete "$node_bridge" 2>/dev/null || true
 }
 
+# Whether this state's lock holder (LOCK_PID, a sleep that inherited the lock's fd 9) still
+# holds the machine's node lock, and the lock names this checkout's state and that holder.
+holds_node_lock() {
+  lock_holder_ours && [ "$(readlink "/proc/$LOCK_PID/fd/9" 2>/dev/null)" = "$node_lock" ] &&
+    [ "$(sed -n 's/, lock held by pid \([0-9]*\) .*/ \1/p' "$node_lock" 2>/dev/null)" = "$state $LOCK_PID" ]
+}
+
+# Whether LOCK_PID is this state's lock holder: alive, with the lock file open as fd 9 (also
+# when that file has been removed since, and the lock on it means nothing any more).
+lock_holder_ours() {
+  alive "${LOCK_PID:-}" && case "$(readlink "/proc/$LOCK_PID/fd/9" 2>/dev/null)" in "$node_lock" | "$node_lock (deleted)") true ;; *) false ;; esac
+}
+
 release_node_lock() {
-  if alive "${LOCK_PID:-}"; then
-    : >"$node_lock"
-    kill -TERM "$LOCK_PID" 2>/dev/null || true
-  fi
+  if holds_node_lock; then : >"$node_lock"; fi
+  if lock_holder_ours; then kill -TERM "$LOCK_PID" 2>/dev/null || true; fi
 }
 
 # Everything of the node goes, if this checkout's up took the machine's lock.
 node_down() {
   [ -n "${LOCK_PID:-}" ] || return 0
-  if alive "${SCHEDULER_PID:-}"; then kill -TERM -- "-$SCHEDULER_PID" 2>/dev/null || true; fi
+  if ours "${SCHEDULER_PID:-}"; then kill -TERM -- "-$SCHEDULER_PID" 2>/dev/null || true; fi
+  # The node's cleanup ends every process in the node's cgroups and removes the bridge and
+  # the rules, machine-wide: only while this state holds the lock. A state whose lock is gone
+  # (copied from another checkout, or its holder ended) would end another checkout's node;
+  # the next up cleans what an interrupted node left, under the lock.
+  if ! holds_node_lock; then
+    log "this state (lock holder pid $LOCK_PID) does not hold the machine's node lock now: the node running now, if any, is another checkout's; left alone"
+    release_node_lock
+    return 0
+  fi
   node_cleanup "${DIR:-}"
   if [ -n "${SYSCTL_IP_FORWARD:-}" ]; then echo "$SYSCTL_IP_FORWARD" >/proc/sys/net/ipv4/ip_forward; fi
   if [ -n "${SYSCTL_BRIDGE_NF:-}" ]; then echo "$SYSCTL_BRIDGE_NF" >/proc/sys/net/bridge/bridge-nf-call-iptables; fi

@@ -116,6 +116,10 @@ read_state() {
 }
 
 alive() { [ -n "${1:-}" ] && kill -0 "$1" 2>/dev/null; }
+# Whether <pid> is a process this checkout started: alive and running a binary of its $bin.
+# A state file copied with .cache from another checkout (a worktree made with cp -a) names
+# that checkout's processes and its node: they are not ours to keep or to end.
+ours() { alive "$1" && case "$(tr '\0' ' ' <"/proc/$1/cmdline" 2>/dev/null)" in "$bin"/*) true ;; *) false ;; esac; }
 
 # Whether this machine's addresses or routes use <prefix>.0/24. (Read whole first: under
 # pipefail, grep -q ending the pipe early would make ip's SIGPIPE a "no".)
@@ -206,7 +210,7 @@ start() { # <logfile> <command…>: a new session, so that `down` can end the wh
 
 up() {
   # Up, and all of it (an interrupted up left no UP_COMPLETE): kept.
-  if read_state && [ "${UP_COMPLETE:-}" = 1 ] && alive "${APISERVER_PID:-}" && ready "$DIR" "$APISERVER_HOST" "$APISERVER_PORT"; then
+  if read_state && [ "${UP_COMPLETE:-}" = 1 ] && ours "${APISERVER_PID:-}" && ready "$DIR" "$APISERVER_HOST" "$APISERVER_PORT"; then
     log "already up (kube-apiserver on https://$APISERVER_HOST:$APISERVER_PORT; $(if [ "${NODE:-}" = 1 ]; then echo "node $node_name"; else echo "no node: ${NODE_ERROR:-}"; fi))"
     return 0
   fi
@@ -262,8 +266,7 @@ up() {
   wait_for 30 "$dir/etcd.log" etcd etcd_healthy "$etcd_port"
 
   # Services get addresses of RFC 5737's TEST-NET-2 (never routed): the node's
-  # kube-proxy leads them to their pods (without a node, the tests' own kube-proxy,
-  # test/apiserver/kube-proxy.ts, puts them on an interface of this machine).
+  # kube-proxy leads them to their pods (without a node, nothing does).
   # Every request body logged at Metadata level: the fail-open tests read the
   # failed-open.mutation.webhook.admission.k8s.io annotations from it. Their exec and
   # log subresources too (a rule's `pods` is the resource alone): verify's tests read
@@ -321,19 +324,31 @@ down() {
     log "not up"
     return 0
   fi
-  node_down
-  local pid
-  # Stopped in reverse order; each got its own session (setsid), so the whole group goes.
-  for pid in "${KCM_PID:-}" "${APISERVER_PID:-}" "${ETCD_PID:-}"; do
-    if alive "$pid"; then kill -TERM -- "-$pid" 2>/dev/null || true; fi
-  done
+  # Which of the state's processes are ours, decided before any is stopped (one that is
+  # exiting has no command line to tell by).
+  local pid mine=() foreign=0
+  if alive "${APISERVER_PID:-}" && ! ours "${APISERVER_PID:-}"; then foreign=1; fi
   for pid in "${KCM_PID:-}" "${APISERVER_PID:-}" "${ETCD_PID:-}" "${SCHEDULER_PID:-}"; do
+    if ours "$pid"; then mine+=("$pid"); fi
+  done
+  node_down
+  # Stopped in reverse order; each got its own session (setsid), so the whole group goes.
+  for pid in "${mine[@]}"; do
+    [ "$pid" = "${SCHEDULER_PID:-}" ] || kill -TERM -- "-$pid" 2>/dev/null || true
+  done
+  for pid in "${mine[@]}"; do
     for _ in $(seq 40); do alive "$pid" || break; sleep 0.25; done
     if alive "$pid"; then kill -KILL -- "-$pid" 2>/dev/null || true; fi
   done
-  case "${DIR:-}" in
-  */vram-preflight-cluster.*) rm -rf "$DIR" ;;
-  esac
+  # The data directory too, unless a live API server that is not ours uses it (a state
+  # copied from another checkout names that checkout's directory).
+  if [ "$foreign" = 1 ]; then
+    log "the state names another checkout's running cluster ($DIR): left alone; this checkout's state is forgotten"
+  else
+    case "${DIR:-}" in
+    */vram-preflight-cluster.*) rm -rf "$DIR" ;;
+    esac
+  fi
   rm -f "$state" "$cache/kubeconfig"
   log "down"
 }

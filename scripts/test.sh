@@ -48,7 +48,30 @@ bash scripts/fetch-helm.sh
 bash scripts/build-image.sh fetch-node
 node scripts/generate-validator.mjs --check
 node scripts/build.mjs
-npm run typecheck
-bash scripts/cluster.sh up
-trap 'bash scripts/cluster.sh down' EXIT
-npx vitest run
+
+# The two vitest projects side by side, as two processes: in one, vitest runs the cluster
+# project (its files one at a time, vitest.config.ts) only after every unit file, and the
+# suite takes the sum of both. The cluster's side (its up, then its files) writes to a log
+# printed after the unit project's output.
+cluster_log=$(mktemp)
+cluster_pid=
+# shellcheck disable=SC2317 # run by the EXIT trap
+stop() {
+  if [ -n "$cluster_pid" ]; then kill -TERM -- "-$cluster_pid" 2>/dev/null || true; wait "$cluster_pid" 2>/dev/null || true; fi
+  bash scripts/cluster.sh down
+  rm -f "$cluster_log"
+}
+trap stop EXIT
+set -m # the cluster's side in its own process group, so that stop ends all of it
+(bash scripts/cluster.sh up && npx vitest run --project cluster) >"$cluster_log" 2>&1 &
+cluster_pid=$!
+set +m
+status=0
+npm run typecheck || status=1
+npx vitest run --project unit || status=1
+wait "$cluster_pid" || status=1
+cluster_pid=
+echo
+echo "== the cluster project (scripts/cluster.sh up, then npx vitest run --project cluster)"
+cat "$cluster_log"
+exit "$status"

@@ -14,16 +14,15 @@
  *   the difference (what the webhook adds to a pod's creation);
  * - the webhook's own view (its /metrics histogram of /mutate).
  * Twice: the webhook at a `url` (the API server speaks HTTP/2 to it) and,
- * as root, behind the chart's Service (HTTP/1.1, through the test's kube-proxy).
+ * on the test cluster's node, the chart installed with helm, its pods real
+ * containers of the release's image, behind its Service (HTTP/1.1, through
+ * the real kube-proxy: test/node/webhook-chart.ts).
  */
 import { performance } from 'node:perf_hooks';
 import path from 'node:path';
-import { spawnSync } from 'node:child_process';
-import { mkdtempSync, rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
 import * as k from '../../test/apiserver/harness.js';
-import { FakeKubelet } from '../../test/apiserver/kubelet.js';
-import { FakeKubeProxy } from '../../test/apiserver/kube-proxy.js';
+import { nodeNamespace } from '../../test/node/harness.js';
+import { helm, installChart, readyEndpoints, webhookImage } from '../../test/node/webhook-chart.js';
 
 const argv = process.argv.slice(2);
 const flag = (name: string, fallback: number) => {
@@ -110,36 +109,25 @@ async function main(): Promise<void> {
   k.kubectl(['delete', 'mutatingwebhookconfiguration', mwc.metadata.name]);
   await k.stopWebhook(webhook);
 
-  // (2) the chart as deployed, through its Service (HTTP/1.1): needs root for the pods' network namespaces.
-  if (process.getuid?.() === 0) {
+  // (2) the chart as deployed on the node, through its Service (HTTP/1.1).
+  const noNode = k.cluster().env.VRAM_PREFLIGHT_NODE ? undefined : (k.cluster().env.VRAM_PREFLIGHT_NODE_ERROR ?? 'no node');
+  if (!noNode) {
     const release = `vpt-bench-${RUN}`;
-    const releaseNs = await k.namespace(`vpt-bench-chart-${RUN}`, {});
-    const home = mkdtempSync(path.join(tmpdir(), 'vpt-helm-'));
-    const helm = (args: string[]) => spawnSync(path.join(k.ROOT, '.cache/helm/v4/helm'), args, { encoding: 'utf8', env: { PATH: process.env.PATH, HOME: home, KUBECONFIG: k.cluster().kubeconfig } });
-    const installed = helm(['install', release, path.join(k.ROOT, 'deploy/webhook'), '--namespace', releaseNs]);
-    if (installed.status !== 0) throw new Error(installed.stderr);
-    const objects = k.parseYamlStream(helm(['get', 'manifest', release, '--namespace', releaseNs]).stdout);
-    const deployment = objects.find((o) => o.kind === 'Deployment')!;
-    const name = objects.find((o) => o.kind === 'MutatingWebhookConfiguration')!.webhooks[0].name;
-    const proxy = new FakeKubeProxy(1000);
-    await proxy.start();
-    const kubelet = new FakeKubelet(releaseNs, Object.entries(deployment.spec.selector.matchLabels as Record<string, string>).map(([a, b]) => `${a}=${b}`).join(','), bundle, dir);
-    await kubelet.start();
+    webhookImage(dir);
+    const releaseNs = await nodeNamespace(`vpt-bench-chart-${RUN}`);
+    const chart = installChart(release, releaseNs);
     const work = await k.namespace(`vpt-bench-svc-${RUN}`, { 'vram-preflight.io/inject': 'enabled' });
     for (let i = 0; ; i++) {
       const res = await k.api('POST', `/api/v1/namespaces/${work}/pods?dryRun=All`, k.vllmPod('probe'));
-      if (res.status === 201 && k.isWrapped(res.json().spec.containers[0])) break;
-      if (i > 600 || kubelet.failure) throw new Error(`the chart's webhook never answered\n${kubelet.logs()}`);
+      if (res.status === 201 && k.isWrapped(res.json().spec.containers[0]) && (await readyEndpoints(chart)).length === chart.replicas) break;
+      if (i > 900) throw new Error(`the chart's webhook never answered through its Service (ready endpoints: ${(await readyEndpoints(chart)).join(', ')})`);
       await k.sleep(100);
     }
-    await measure('the chart as deployed, 2 replicas behind its Service (HTTP/1.1, through the test\'s kube-proxy)', 'svc', name, work, plain);
-    helm(['uninstall', release, '--namespace', releaseNs]);
-    await kubelet.stop();
-    await proxy.stop();
+    await measure('the chart on the node, 2 replicas behind its Service (HTTP/1.1, through kube-proxy)', 'svc', chart.webhook, work, plain);
+    helm(['uninstall', release, '--namespace', releaseNs, '--wait=false']);
     await k.deleteNamespace(releaseNs);
     await k.deleteNamespace(work);
-    rmSync(home, { recursive: true, force: true });
-  } else console.log('\n-- the chart behind its Service: not measured (needs root, for the pods\' network namespaces)');
+  } else console.log(`\n-- the chart behind its Service: not measured (it runs on the test cluster's node, and there is none: ${noNode})`);
 
   await k.deleteNamespace(ns);
   await k.deleteNamespace(plain);

@@ -20,7 +20,7 @@
  *   that wants more waits, as Go's client does, or opens a connection);
  * - idle connections are closed after `idleTimeoutMs`.
  */
-import { constants, createSecureServer, type Http2SecureServer, type Http2ServerResponse, type SecureServerOptions, type ServerHttp2Session } from 'node:http2';
+import { constants, createSecureServer, type Http2SecureServer, type Http2ServerRequest, type Http2ServerResponse, type SecureServerOptions, type ServerHttp2Session } from 'node:http2';
 import { STATUS_CODES, type ServerResponse } from 'node:http';
 import type { AddressInfo, Socket } from 'node:net';
 import type { TLSSocket } from 'node:tls';
@@ -273,7 +273,10 @@ export class Transport {
     if (answer.refused !== undefined) this.hooks.log({ level: 'warn', msg: 'request refused', status, method: (req.method ?? '').slice(0, 16), path: this.hooks.route(req), error: answer.refused });
     const headers: Record<string, string | number> = { 'content-type': answer.type, 'content-length': Buffer.byteLength(body), ...answer.headers };
     // HTTP/1.1: a body not read to its end (refused before or while it came) is not read after the answer either: the connection closes.
-    const unread = !req.complete;
+    // HTTP/2: a request whose HEADERS ended its stream (a GET: the kubelet's HTTPS probes) has no body, read or not; Node's
+    // req.complete stays false until one is read, and the reset below then cut the answer short (the kubelet's probe
+    // failed: "stream error: CANCEL; received from peer", the pods were never Ready).
+    const unread = !req.complete && !(req.httpVersionMajor === 2 && (req as Http2ServerRequest).stream.endAfterHeaders);
     if (req.httpVersionMajor === 1) {
       // Retiring: close once the last request known on the connection is answered; a request pipelined behind this one is answered first.
       const connection = this.h1.get(req.socket as TLSSocket);

@@ -24,9 +24,8 @@ export const ROOT = path.resolve(import.meta.dirname, '../..');
 
 export type Plain = Record<string, any>;
 
-/** Addresses of the test cluster (RFC 5737, never routed): Services' cluster IPs (scripts/cluster.sh) and pods' (kubelet.ts). */
+/** The Services' cluster IPs of the test cluster (RFC 5737 TEST-NET-2, never routed: scripts/cluster.sh). */
 export const SERVICE_NET = '198.51.100';
-export const POD_NET = '203.0.113';
 
 export interface Cluster {
   kubeconfig: string;

@@ -374,7 +374,7 @@ describe('vram-preflight audit against a real API server', () => {
     const secrets = tempDir('cron-sa');
     writeFileSync(path.join(secrets, 'token'), token);
     writeFileSync(path.join(secrets, 'ca.crt'), readFileSync(c.caCert));
-    // Each mount's path in the args to its directory here, as the fake kubelet of test/apiserver does.
+    // Each mount's path in the args to its directory here (the volumes as files of this machine).
     const mounts: [string, string][] = [['/etc/vram-preflight/config', root], ['/tmp', path.join(root, 'tmp')]];
     const args = (container.args as string[]).map((a) => {
       const mount = mounts.find(([at]) => a.includes(`=${at}/`));

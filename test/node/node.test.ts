@@ -20,6 +20,7 @@
  *   no BackOff.
  */
 import { spawnSync } from 'node:child_process';
+import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { stringify } from 'yaml';
 import * as k from '../apiserver/harness.js';
@@ -137,6 +138,19 @@ describe('the vLLM stand-in on a real node: kubelet, containerd, runc, kube-sche
       expect(Number(free)).toBe(cuda - Number(used));
     }
     expect(inside[plain.raw.metadata.name]!.uuid, 'two pods, two GPUs').not.toBe(inside[wrapped.raw.metadata.name]!.uuid);
+  });
+
+  it('one node per machine: the lock file names this checkout\'s state and a live holder, and another checkout cannot take it', () => {
+    // The lock is the file's inode: a file replaced at the path (sed -i, mv) is one nobody
+    // holds, and a second checkout's node then wipes this one's bridge and processes.
+    const lockPath = '/run/lock/vram-preflight-test-node.lock';
+    const owner = spawnSync('cat', [lockPath], { encoding: 'utf8' }).stdout;
+    const holder = /lock held by pid (\d+) /.exec(owner)?.[1];
+    expect(owner.startsWith(`${path.join(k.ROOT, '.cache/cluster/state')}, lock held by pid `), owner).toBe(true);
+    expect(holder, owner).toBeDefined();
+    expect(spawnSync('kill', ['-0', holder!]).status, `the holder ${holder} is alive`).toBe(0);
+    const other = spawnSync('flock', ['-n', lockPath, 'true']);
+    expect(other.status, 'flock -n on the lock file, as another checkout\'s up takes it').toBe(1);
   });
 
   it('kube-proxy: this host reaches the stand-in at its Service\'s cluster IP, and the pod reaches the API server at the kubernetes Service', async () => {

@@ -6,6 +6,10 @@
 //   node attacker.mjs '{"mode":"h1-bodies","port":N,"ca":"ca.crt","count":60,"rounds":2,"bytes":3565158}'
 //   node attacker.mjs '{"mode":"idle","port":N,"ca":"ca.crt","count":3000}'
 //
+// "host" and "servername" (default 127.0.0.1 and localhost): where the webhook
+// listens and the name its certificate is checked against (a pod's address and
+// its Service's name in test/apiserver/service.test.ts).
+//
 // Prints one JSON line when done (the bodies' answers by status; for idle,
 // how many connections were open once all were tried, then it holds them
 // until it is killed).
@@ -15,6 +19,8 @@ import tls from 'node:tls';
 
 const job = JSON.parse(process.argv[2]);
 const ca = readFileSync(job.ca);
+const host = job.host ?? '127.0.0.1';
+const servername = job.servername ?? 'localhost';
 
 /** An AdmissionReview of `bytes` bytes whose pod has many labels: what parses into the most objects per byte. */
 function bigReview(bytes) {
@@ -37,7 +43,7 @@ const count = (what) => (tally[what] = (tally[what] ?? 0) + 1);
 if (job.mode === 'h2-bodies') {
   const body = Buffer.from(bigReview(job.bytes));
   // The client's own session memory would otherwise refuse 60 bodies queued at once (ENHANCE_YOUR_CALM from Node's client).
-  const session = http2.connect(`https://127.0.0.1:${job.port}`, { ca, maxSessionMemory: 1024 });
+  const session = http2.connect(`https://${host}:${job.port}`, { ca, servername, maxSessionMemory: 1024 });
   session.on('error', () => count('session-error'));
   await Promise.all(
     Array.from({ length: job.count }, () =>
@@ -59,10 +65,10 @@ if (job.mode === 'h2-bodies') {
   // (Sending as each handshake completes, this process's own encryption of the bodies already sent held the later
   // handshakes past the server's deadline on a busy machine, and most bodies never reached it.)
   const body = Buffer.from(bigReview(job.bytes));
-  const head = Buffer.from(`POST /mutate HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nContent-Length: ${body.length}\r\n\r\n`);
+  const head = Buffer.from(`POST /mutate HTTP/1.1\r\nHost: ${servername}\r\nContent-Type: application/json\r\nContent-Length: ${body.length}\r\n\r\n`);
   const connect = () =>
     new Promise((resolve) => {
-      const socket = tls.connect({ host: '127.0.0.1', port: job.port, servername: 'localhost', ca, ALPNProtocols: ['http/1.1'] }, () => resolve(socket));
+      const socket = tls.connect({ host, port: job.port, servername, ca, ALPNProtocols: ['http/1.1'] }, () => resolve(socket));
       socket.on('error', () => resolve(undefined));
     });
   const upload = (socket) =>
@@ -100,7 +106,7 @@ if (job.mode === 'h2-bodies') {
     await Promise.all(
       Array.from({ length: Math.min(100, job.count - i) }, () =>
         new Promise((resolve) => {
-          const socket = tls.connect({ host: '127.0.0.1', port: job.port, servername: 'localhost', ca, ALPNProtocols: ['http/1.1'] }, () => {
+          const socket = tls.connect({ host, port: job.port, servername, ca, ALPNProtocols: ['http/1.1'] }, () => {
             open++;
             resolve();
           });

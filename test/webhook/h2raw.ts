@@ -74,10 +74,10 @@ export class RawH2 {
     });
   }
 
-  /** A TLS connection that negotiated h2; `preface`: sends the connection preface and an empty SETTINGS. */
-  static connect(port: number, ca: string, preface = true): Promise<RawH2> {
+  /** A TLS connection that negotiated h2; `preface`: sends the connection preface and an empty SETTINGS. `at`: elsewhere than 127.0.0.1, for a certificate of another name than localhost. */
+  static connect(port: number, ca: string, preface = true, at: { host: string; servername: string } = { host: '127.0.0.1', servername: 'localhost' }): Promise<RawH2> {
     return new Promise((resolve, reject) => {
-      const socket = tls.connect({ host: '127.0.0.1', port, servername: 'localhost', ca: readFileSync(ca), ALPNProtocols: ['h2'] }, () => {
+      const socket = tls.connect({ host: at.host, port, servername: at.servername, ca: readFileSync(ca), ALPNProtocols: ['h2'] }, () => {
         if (preface) socket.write(Buffer.concat([PREFACE, frame(FRAME.SETTINGS, 0, 0)]));
         resolve(new RawH2(socket, preface));
       });

@@ -126,6 +126,8 @@ export interface RequestOptions {
   body?: string | Buffer;
   /** A client certificate to present (the API server's, where the webhook asks for one). */
   client?: { cert: string; key: string };
+  /** The name the certificate is checked against (and the SNI), where it is not the URL's host (a pod's address, its Service's name). */
+  servername?: string;
 }
 
 /** HTTP/1.1 over TLS; pass an agent to keep connections alive. */
@@ -139,6 +141,7 @@ export function h1(url: string, ca: string, options: RequestOptions = {}, agent?
         agent: agent ?? false,
         headers: { 'content-type': 'application/json', ...options.headers },
         ...(options.client ? { cert: readFileSync(options.client.cert), key: readFileSync(options.client.key) } : {}),
+        ...(options.servername ? { servername: options.servername } : {}),
         // As the API server's client offers it when it speaks HTTP/1.1.
         ...({ ALPNProtocols: ['http/1.1'] } as object),
       },

@@ -12,7 +12,7 @@ import path from 'node:path';
 import tls from 'node:tls';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import * as c from './child.js';
-import { FRAME, frame, PREFACE, RawH2 } from './h2raw.js';
+import { FLAG, FRAME, frame, headerBlock, PREFACE, RawH2 } from './h2raw.js';
 import * as h from './harness.js';
 
 h.requireTools();
@@ -126,6 +126,26 @@ describe('HTTP/2 streams refused half-way are closed', () => {
     expect(stream.rstCode).toBe(8);
     session.close();
   }, 20_000);
+});
+
+describe('HTTP/2 requests without a body (the kubelet\'s HTTPS probes)', () => {
+  it('GET /readyz, /healthz and /metrics over HTTP/2 are answered whole, their streams never reset', async () => {
+    // As the kubelet's prober sends them (Go's HTTP/2 client): HEADERS with END_STREAM, no body. Reset with CANCEL
+    // before the answer's end, the kubelet read "stream error: stream ID 1; CANCEL; received from peer": every
+    // probe failed, the chart's pods were never Ready (test/apiserver/service.test.ts on the tests' node).
+    for (const route of ['/readyz', '/healthz', '/metrics']) {
+      const raw = await RawH2.connect(child.port, pki.caCert);
+      raw.write(frame(FRAME.HEADERS, FLAG.END_HEADERS | FLAG.END_STREAM, 1, headerBlock([[':method', 'GET'], [':scheme', 'https'], [':authority', 'localhost'], [':path', route], ['user-agent', 'kube-probe/1.37']])));
+      const ended = () => raw.frames.some((f) => f.stream === 1 && ((f.type === FRAME.DATA && f.flags & FLAG.END_STREAM) || f.type === FRAME.RST_STREAM));
+      for (const t0 = performance.now(); !ended() && performance.now() - t0 < 3000; ) await sleep(20);
+      // A moment more: a reset sent right after the end would come now.
+      await sleep(200);
+      const frames = raw.frames.filter((f) => f.stream === 1).map((f) => (f.type === FRAME.RST_STREAM ? `RST_STREAM ${f.payload.readUInt32BE(0)}` : `${f.type === FRAME.DATA ? 'DATA' : f.type === FRAME.HEADERS ? 'HEADERS' : f.type}${f.flags & FLAG.END_STREAM ? ' END_STREAM' : ''}`));
+      expect(frames.at(-1), `${route}: ${frames.join(', ')}`).toBe('DATA END_STREAM');
+      expect(frames.filter((f) => f.startsWith('RST_STREAM')), `${route}: ${frames.join(', ')}`).toEqual([]);
+      raw.close();
+    }
+  });
 });
 
 describe('TLS (Hardening row 10)', () => {
