@@ -13,7 +13,7 @@ const UNIT_WORKERS = Math.max(2, os.availableParallelism());
 // by side (`npm test` runs them in one, one after the other). The docs
 // test installs the webhook chart as the docs do (a cluster-wide webhook
 // configuration for every namespace labelled vram-preflight.io/inject=enabled).
-const CLUSTER_TESTS = ['test/apiserver/**/*.test.ts', 'test/audit/**/*.test.ts', 'test/node/**/*.test.ts', 'test/docs-commands.test.ts'];
+const CLUSTER_TESTS = ['test/apiserver/**/*.test.ts', 'test/audit/**/*.test.ts', 'test/node/**/*.test.ts', 'test/docs-commands.test.ts', 'test/verify/verify.test.ts', 'test/verify/node.test.ts'];
 
 export default defineConfig({
   test: {

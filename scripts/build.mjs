@@ -14,8 +14,13 @@
 //                                   yaml); the application requires it for
 //                                   `vram-preflight webhook` only, so that a render
 //                                   never reads or compiles the webhook's code
-//   dist/vram-preflight.audit.cjs   the audit door (src/audit/main.ts, `vram-preflight
-//                                   audit`), built and required the same way
+//   dist/vram-preflight.audit.cjs   the doors that read a cluster, built and required the
+//                                   same way: the audit (src/audit/main.ts, `vram-preflight
+//                                   audit`) and verify (src/verify/main.ts, `vram-preflight
+//                                   verify`), in one file: verify reads a pod with the
+//                                   audit's code and both use the Kubernetes client, so a
+//                                   file of its own would hold a second copy of nearly all
+//                                   of it, and every artifact one more file to ship
 //
 // They are one build: every artifact that runs the webhook or the audit ships all
 // four side by side (DIST_FILES in scripts/package-plugin.mjs; the Argo CD image,
@@ -41,6 +46,14 @@ const entry = path.join(root, 'src/cli/bin.ts');
 const launcherEntry = path.join(root, 'src/cli/launcher.ts');
 const webhookEntry = path.join(root, 'src/webhook/main.ts');
 const auditEntry = path.join(root, 'src/audit/main.ts');
+const verifyEntry = path.join(root, 'src/verify/main.ts');
+/** The cluster doors' bundle exports both commands (src/cli/bin.ts calls runAudit or runVerify). */
+const clusterDoors = {
+  contents: `export { runAudit } from ${JSON.stringify(auditEntry)};\nexport { runVerify } from ${JSON.stringify(verifyEntry)};\n`,
+  resolveDir: root,
+  sourcefile: 'cluster-doors.ts',
+  loader: 'ts',
+};
 
 /**
  * Strings only the webhook's code holds (its flags, what it serves): found in
@@ -48,8 +61,8 @@ const auditEntry = path.join(root, 'src/audit/main.ts');
  * of src/webhook/ from the CLI), and every render would pay for compiling it.
  */
 export const WEBHOOK_ONLY_MARKERS = ['--tls-cert-file', 'AdmissionReview', '/healthz'];
-/** The same for the audit and the Kubernetes API client it alone uses (src/audit/, src/kubernetes/). */
-export const AUDIT_ONLY_MARKERS = ['--webhook-configuration', 'mutatingwebhookconfigurations', 'ExecCredential'];
+/** The same for the audit, verify and the Kubernetes API client they alone use (src/audit/, src/verify/, src/kubernetes/). */
+export const AUDIT_ONLY_MARKERS = ['--webhook-configuration', 'mutatingwebhookconfigurations', 'ExecCredential', 'selfsubjectaccessreviews', 'v5.channel.k8s.io'];
 const defaultOutfile = path.join(root, 'dist/vram-preflight.cjs');
 
 function argValue(name) {
@@ -97,10 +110,10 @@ const yamlVersion = () => JSON.parse(readFileSync(path.join(yamlDir, 'package.js
  * module function. Written by buildBundle, wrapped, next to the launcher
  * (src/cli/launcher.ts), which compiles it with a V8 code cache.
  */
-async function buildApp({ entryPoint = entry, outName = 'app.cjs', webhookName, auditName }) {
+async function buildApp({ entryPoint = entry, stdin, outName = 'app.cjs', webhookName, auditName }) {
   const result = await build({
     absWorkingDir: root,
-    entryPoints: [entryPoint],
+    ...(stdin ? { stdin } : { entryPoints: [entryPoint] }),
     write: false,
     outfile: path.join(root, 'dist', outName),
     bundle: true,
@@ -179,7 +192,7 @@ export async function buildBundle({ outfile = defaultOutfile, quiet = false, ana
     buildApp({ webhookName, auditName }),
     buildLauncher(),
     buildApp({ entryPoint: webhookEntry, outName: 'webhook.cjs' }),
-    buildApp({ entryPoint: auditEntry, outName: 'audit.cjs' }),
+    buildApp({ stdin: clusterDoors, outName: 'audit.cjs' }),
   ]);
   const app = result.outputFiles[0].text.replace(/^#![^\n]*\n/, '');
   const webhookMarker = WEBHOOK_ONLY_MARKERS.find((m) => app.includes(m));
@@ -245,7 +258,7 @@ export async function buildBundle({ outfile = defaultOutfile, quiet = false, ana
     process.stdout.write(
       `build: ${path.relative(root, outfile)} ${(statSync(outfile).size / 1024).toFixed(1)} KiB + ${path.relative(root, appfile)} ${(statSync(appfile).size / 1024).toFixed(1)} KiB` +
         ` (+ ${path.relative(root, webhookfile)} ${(statSync(webhookfile).size / 1024).toFixed(1)} KiB, for \`webhook\` only;` +
-        ` ${path.relative(root, auditfile)} ${(statSync(auditfile).size / 1024).toFixed(1)} KiB, for \`audit\` only)\n`,
+        ` ${path.relative(root, auditfile)} ${(statSync(auditfile).size / 1024).toFixed(1)} KiB, for \`audit\` and \`verify\` only)\n`,
     );
   }
   if (analyze) {

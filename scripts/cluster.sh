@@ -268,8 +268,10 @@ up() {
   # Services get addresses of RFC 5737's TEST-NET-2 (never routed): the node's
   # kube-proxy leads them to their pods (without a node, nothing does).
   # Every request body logged at Metadata level: the fail-open tests read the
-  # failed-open.mutation.webhook.admission.k8s.io annotations from it.
-  printf 'apiVersion: audit.k8s.io/v1\nkind: Policy\nomitStages: [RequestReceived]\nrules:\n- level: Metadata\n  resources: [{group: "", resources: [pods]}]\n- level: None\n' >"$dir/audit-policy.yaml"
+  # failed-open.mutation.webhook.admission.k8s.io annotations from it. Their exec and
+  # log subresources too (a rule's `pods` is the resource alone): verify's tests read
+  # from it which requests it made, and that without --yes it opened no exec.
+  printf 'apiVersion: audit.k8s.io/v1\nkind: Policy\nomitStages: [RequestReceived]\nrules:\n- level: Metadata\n  resources: [{group: "", resources: [pods, pods/exec, pods/log]}]\n- level: None\n' >"$dir/audit-policy.yaml"
   local p=$dir/pki api_pid node_flags=(--endpoint-reconciler-type none)
   # With the node: the kubernetes Service leads to the API server on the node's
   # address, and the API server reaches the kubelet there (exec, logs, port-forward).

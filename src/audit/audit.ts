@@ -287,3 +287,46 @@ async function pages(pods: AsyncGenerator<Plain>, progress: () => string): Promi
     throw error;
   }
 }
+
+/** What the audit can say of one pod: its containers as classifyPod lists them, and what could not be read for the why. */
+export interface PodAudit {
+  containers: AuditedContainer[];
+  /** The reads that failed (RBAC), by what they were for: the why of a container that is not protected may then be incomplete. */
+  unread: string[];
+}
+
+/**
+ * One pod, read as the audit reads every pod (`vram-preflight verify` asks
+ * it of the pod it is about to restart): its DRA claims, the core's
+ * decision with these options (images only a registry can place looked up),
+ * the opt-outs, and the webhook configurations and namespace for the why.
+ * Those two are read if allowed; when not, the reading goes on without them
+ * and says so (`unread`), as the pod itself is what decides whether it waits.
+ */
+export async function auditPod(client: KubernetesClient, pod: Plain, settings: Omit<AuditSettings, 'namespace' | 'chunkSize'> & { chunkSize?: number }): Promise<PodAudit> {
+  const metadata = asObject(pod.metadata) ?? {};
+  const namespace = String(metadata.namespace ?? '');
+  const unread: string[] = [];
+  const allowed = async <T>(what: string, read: () => Promise<T>, otherwise: T): Promise<T> => {
+    try {
+      return await read();
+    } catch (error) {
+      const status = error instanceof PreflightError && error.details.fix === NEEDS ? 403 : error instanceof KubernetesApiError ? error.status : undefined;
+      if (status === 403) {
+        unread.push(what);
+        return otherwise;
+      }
+      throw error;
+    }
+  };
+  const full: AuditSettings = { ...settings, namespace, chunkSize: settings.chunkSize ?? 500 };
+  const webhooks = webhookEntries(await allowed('the webhook configurations (list mutatingwebhookconfigurations)', () => readConfigurations(client, full), []), settings.webhookConfiguration);
+  const namespaces = await allowed(`namespace ${namespace} (get namespaces)`, () => readNamespaces(client, full), new Map<string, Record<string, string>>());
+  const item = podFields(pod);
+  const { claims, claimFailures } = await new Claims(client, settings.deadline).forPod(item, namespace);
+  const pending: Pending = { pod: item, namespace, claims, claimFailures, optedOutByAnnotation: asObject(metadata.annotations)?.[ANNOTATION_SKIP] === 'true' };
+  let decided = decide(pending, settings.options);
+  const wanted = [...new Set(wantedBy(decided))].sort();
+  if (wanted.length > 0 && settings.options.registryLookup !== 'never' && settings.lookup) decided = decide(pending, settings.options, await settings.lookup(wanted));
+  return { containers: classifyPod(decided, namespaces.get(namespace), webhooks), unread };
+}

@@ -5,12 +5,13 @@
  * (src/cli/launcher.ts, which passes through input with nothing to rewrite
  * without loading this application): then it hands over what it read.
  *
- * `vram-preflight webhook` (and `admit`, its answer without a cluster) and
- * `vram-preflight audit` are other doors (src/webhook/, src/audit/), each
- * built into a file of its own next to the launcher (<launcher stem>.webhook.cjs,
- * <launcher stem>.audit.cjs, scripts/build.mjs) and required from there for
- * that command only: a post-renderer run neither reads, compiles nor
- * initialises any of it.
+ * `vram-preflight webhook` (and `admit`, its answer without a cluster),
+ * `vram-preflight audit` and `vram-preflight verify` are other doors
+ * (src/webhook/, src/audit/, src/verify/), built into files of their own
+ * next to the launcher (<launcher stem>.webhook.cjs; <launcher stem>.audit.cjs
+ * holds the audit and verify, the doors that read a cluster; scripts/build.mjs)
+ * and required from there for those commands only: a post-renderer run
+ * neither reads, compiles nor initialises any of it.
  */
 import { existsSync, readFileSync, writeFileSync } from 'node:fs';
 import { basename, join } from 'node:path';
@@ -27,8 +28,8 @@ if (argv[0] === 'webhook') {
   startWebhook();
 } else if (argv[0] === 'admit') {
   startAdmit();
-} else if (argv[0] === 'audit') {
-  startAudit();
+} else if (argv[0] === 'audit' || argv[0] === 'verify') {
+  startClusterDoor(argv[0]);
 } else {
   main(argv, {
     stdin: (async function* () {
@@ -126,10 +127,18 @@ function startAdmit(): void {
     .then(finish, internalError);
 }
 
-/** `vram-preflight audit`: its output goes through the same stdout as a render's (a failed write: exit 74). */
-function startAudit(): void {
+/**
+ * `vram-preflight audit` and `vram-preflight verify`, the doors that read a
+ * cluster: one bundle holds both (they share the Kubernetes client and the
+ * audit's reading of a pod); their output goes through the same stdout as a
+ * render's (a failed write: exit 74).
+ */
+function startClusterDoor(command: 'audit' | 'verify'): void {
   const file = join(__dirname, __vram_preflight_audit);
-  type AuditDoor = { runAudit(argv: readonly string[], io: { stdout: typeof stdout; stderr: typeof stderr; env: NodeJS.ProcessEnv; readFile(path: string): string; exists(path: string): boolean; home?: string }): Promise<number> };
-  const audit = requireDoor<AuditDoor>(file, 'the audit');
-  audit?.runAudit(argv.slice(1), { stdout, stderr, env: process.env, readFile: (path) => readFileSync(path, 'utf8'), exists: existsSync, home: process.env.HOME || undefined }).then(finish, internalError);
+  type Io = { stdout: typeof stdout; stderr: typeof stderr; env: NodeJS.ProcessEnv; readFile(path: string): string; exists(path: string): boolean; home?: string };
+  type ClusterDoors = { runAudit(argv: readonly string[], io: Io): Promise<number>; runVerify(argv: readonly string[], io: Io): Promise<number> };
+  const doors = requireDoor<ClusterDoors>(file, command === 'audit' ? 'the audit' : 'verify');
+  if (!doors) return;
+  const io: Io = { stdout, stderr, env: process.env, readFile: (path) => readFileSync(path, 'utf8'), exists: existsSync, home: process.env.HOME || undefined };
+  (command === 'audit' ? doors.runAudit(argv.slice(1), io) : doors.runVerify(argv.slice(1), io)).then(finish, internalError);
 }

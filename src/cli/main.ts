@@ -36,6 +36,7 @@ Usage:
   vram-preflight webhook --help                 the cluster-wide admission webhook (docs/webhook.md)
   vram-preflight admit [options] < pod.yaml     what the webhook answers for a pod, a workload or an admission review
   vram-preflight audit --help                   running vLLM containers that do not wait, why, the fix (docs/webhook.md)
+  vram-preflight verify --help                  restart one in place and check it recovers at once (docs/restart-race.md)
   helm install NAME CHART --post-renderer vram-preflight [--post-renderer-args --timeout-seconds=600]
 
 Rewrites every container that starts vLLM on an NVIDIA GPU so that it waits
@@ -69,7 +70,7 @@ interface ParsedArgs {
 const OUTPUT_FLAG = '--output';
 
 /** The commands a first word may name (`webhook` and `admit` are started by src/cli/bin.ts before this parser runs). */
-const COMMANDS: readonly string[] = ['explain', 'resolve', 'webhook', 'admit', 'audit'];
+const COMMANDS: readonly string[] = ['explain', 'resolve', 'webhook', 'admit', 'audit', 'verify'];
 
 function parseArgs(argv: readonly string[]): ParsedArgs {
   const line = parseCommandLine(argv, 'render');

@@ -16,7 +16,7 @@ import { CONFIG_ENV, CONFIG_FLAG, SCALAR_OPTIONS } from './sources.js';
 import { closest } from './suggest.js';
 
 /** `render`: the post-renderer and its commands (src/cli); `webhook`: `vram-preflight webhook`; `admit`: `vram-preflight admit`, the webhook's answer without a cluster (both src/webhook). */
-export type Door = 'render' | 'webhook' | 'admit' | 'audit';
+export type Door = 'render' | 'webhook' | 'admit' | 'audit' | 'verify';
 
 export interface FlagRow {
   flag: string;
@@ -33,6 +33,8 @@ export interface FlagRow {
   kind: 'wrap' | 'door';
   /** A setting whose default the door fills into the help (`(default N)`), by this name. */
   defaultOf?: string;
+  /** A switch without a value that does not stop parsing (`verify --yes`): the door's map holds it as "true". */
+  switch?: boolean;
 }
 
 /** Wrap options that only a render uses: the webhook answers the API server, writes no files and reads no YAML. */
@@ -55,15 +57,15 @@ export function refuseRenderOnlyEnv(env: Readonly<Record<string, string | undefi
 }
 
 const WRAP_ROWS: readonly FlagRow[] = [
-  { flag: CONFIG_FLAG, value: 'FILE', env: CONFIG_ENV, help: 'YAML or JSON config file (schema: config.schema.json)', doors: ['render', 'webhook', 'admit', 'audit'], kind: 'wrap' },
-  ...SCALAR_OPTIONS.map((o): FlagRow => ({ flag: o.flag, value: 'VALUE', env: o.env, help: o.help, doors: RENDER_ONLY_KEYS.has(o.key) ? ['render'] : ['render', 'webhook', 'admit', 'audit'], kind: 'wrap' })),
+  { flag: CONFIG_FLAG, value: 'FILE', env: CONFIG_ENV, help: 'YAML or JSON config file (schema: config.schema.json)', doors: ['render', 'webhook', 'admit', 'audit', 'verify'], kind: 'wrap' },
+  ...SCALAR_OPTIONS.map((o): FlagRow => ({ flag: o.flag, value: 'VALUE', env: o.env, help: o.help, doors: RENDER_ONLY_KEYS.has(o.key) ? ['render'] : ['render', 'webhook', 'admit', 'audit', 'verify'], kind: 'wrap' })),
 ];
 
 const RENDER_ROWS: readonly FlagRow[] = [{ flag: '--output', value: 'text|json', help: "explain's format (json: src/report.schema.json; admit's --output: vram-preflight admit --help)", doors: ['render'], kind: 'door' }];
 
 const SWITCH_ROWS: readonly FlagRow[] = [
-  { flag: '--help', aliases: ['-h'], help: 'show this help', doors: ['render', 'webhook', 'admit', 'audit'], kind: 'door' },
-  { flag: '--version', aliases: ['-v'], help: 'print the version', doors: ['render', 'webhook', 'admit', 'audit'], kind: 'door' },
+  { flag: '--help', aliases: ['-h'], help: 'show this help', doors: ['render', 'webhook', 'admit', 'audit', 'verify'], kind: 'door' },
+  { flag: '--version', aliases: ['-v'], help: 'print the version', doors: ['render', 'webhook', 'admit', 'audit', 'verify'], kind: 'door' },
 ];
 
 /**
@@ -74,11 +76,14 @@ const SWITCH_ROWS: readonly FlagRow[] = [
 export const FLAGS: readonly FlagRow[] = [...WRAP_ROWS, ...RENDER_ROWS, ...SWITCH_ROWS];
 
 const rowsOf = (door: Door, own: readonly FlagRow[]): FlagRow[] => [...own, ...FLAGS].filter((row) => row.doors.includes(door));
-const HELP_COMMAND: Record<Door, string> = { render: 'vram-preflight --help', webhook: 'vram-preflight webhook --help', admit: 'vram-preflight admit --help', audit: 'vram-preflight audit --help' };
-const DOOR_NAME: Record<Door, string> = { render: 'the post-renderer', webhook: 'the webhook', admit: 'admit (the webhook\'s answer)', audit: 'the audit' };
+const HELP_COMMAND: Record<Door, string> = { render: 'vram-preflight --help', webhook: 'vram-preflight webhook --help', admit: 'vram-preflight admit --help', audit: 'vram-preflight audit --help', verify: 'vram-preflight verify --help' };
+const DOOR_NAME: Record<Door, string> = { render: 'the post-renderer', webhook: 'the webhook', admit: 'admit (the webhook\'s answer)', audit: 'the audit', verify: 'verify' };
 
 /** Why a render-only option means nothing to the audit (its messages say it). */
 export const AUDIT_RENDER_ONLY_WHY = 'the audit writes no diagnostics or report file and reads no YAML';
+
+/** Why a render-only option means nothing to verify (its messages say it). */
+export const VERIFY_RENDER_ONLY_WHY = 'verify writes no diagnostics or report file and reads no YAML';
 
 /** What a command line says, read with the table. */
 export interface ParsedCommandLine {
@@ -111,6 +116,10 @@ export function parseCommandLine(argv: readonly string[], door: Door, own: reado
     const row = findRow(flag, door, own);
     if (row.value === undefined) {
       if (eq !== -1) throw new PreflightError('USAGE', `option ${row.flag} takes no value (got "${arg}")`, { fix: `write ${row.flag} alone; see ${HELP_COMMAND[door]}` });
+      if (row.switch) {
+        parsed.door.set(row.flag, 'true');
+        continue;
+      }
       parsed.stop = row.flag as ParsedCommandLine['stop'];
       return parsed;
     }
@@ -130,7 +139,7 @@ function findRow(flag: string, door: Door, own: readonly FlagRow[]): FlagRow {
   if (row) {
     const owner = row.doors[0]!;
     const where = `${DOOR_NAME[owner]} (${HELP_COMMAND[owner]})`;
-    const why = door !== 'render' && row.kind === 'wrap' ? `: ${door === 'audit' ? AUDIT_RENDER_ONLY_WHY : RENDER_ONLY_WHY}` : '';
+    const why = door !== 'render' && row.kind === 'wrap' ? `: ${door === 'audit' ? AUDIT_RENDER_ONLY_WHY : door === 'verify' ? VERIFY_RENDER_ONLY_WHY : RENDER_ONLY_WHY}` : '';
     throw new PreflightError('USAGE', `option ${flag} belongs to ${where}, not to ${DOOR_NAME[door]}${why}`, {
       fix: `leave ${flag} out here; see ${HELP_COMMAND[door]}`,
     });

@@ -21,6 +21,7 @@ export type ErrorCode =
   | 'IO'
   | 'KUBECONFIG'
   | 'KUBERNETES_API'
+  | 'CANNOT_VERIFY'
   | 'INTERNAL';
 
 /** 1-based line and column in the whole input stream. */

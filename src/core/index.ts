@@ -1,5 +1,5 @@
 /**
- * The core's one face: all that the doors (src/cli, src/webhook, src/audit) and the edges
+ * The core's one face: all that the doors (src/cli, src/webhook, src/audit, src/verify) and the edges
  * (src/config, src/registry, src/kubernetes) use of it, and the only module of the core they
  * import (test/layout.test.ts keeps it so, with two exceptions that bundles need: the
  * launcher's word test and the registry's image references). Inside the core nothing
@@ -37,6 +37,9 @@ export { imageEntryFix, imageEntryYaml, type ImageEntryFix, type ImageStartAnswe
 
 // DRA claims, read at the webhook's and the audit's edge.
 export { claimReferences, emptyDeviceClaims, recordDeviceClaim, type DeviceClaims } from './tables/gpu.js';
+
+// The preflight's log lines, as verify reads them from a restarted container's log.
+export { LINE_FORMATS, LOG_PREFIX, readPreflightLine, type MemoryHolder, type PreflightLine, type TightestGpu } from './preflight/lines.js';
 
 // The base: options, errors, plain values, the version.
 export { DEFAULT_OPTIONS, type ImageStart, type Options, type RegistryLookupMode } from './options.js';

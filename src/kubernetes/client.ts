@@ -18,6 +18,15 @@
  * (./list-stream.ts), page by page (`limit`/`continue`, as kubectl's
  * --chunk-size). A caller may end a call early (an AbortSignal).
  *
+ * Besides GET and LIST (the audit, the webhook), `verify` asks for a POST of
+ * a JSON object (a SelfSubjectAccessReview), a container's log as text (its
+ * head, cut at a limit), a watch (events as they come, one at a time, each
+ * bounded, until the caller's deadline) and a WebSocket (the exec API,
+ * ./websocket.ts and ./pod-exec.ts): each sent as the others are, with the
+ * same credentials and TLS, deadline and limits, and its refusal read as the
+ * same KubernetesApiError. A WebSocket is HTTP/1.1's (an upgrade), on a
+ * connection of its own.
+ *
  * An answer that is not 2xx is a KubernetesApiError with the API server's own
  * Status message (a 403 names the verb, resource and identity that RBAC
  * refused) and the HTTP status and reason as values, for the caller to decide
@@ -26,12 +35,14 @@
 import { readFileSync } from 'node:fs';
 import type { IncomingMessage } from 'node:http';
 import { connect as connectHttp2, constants as http2, type ClientHttp2Session } from 'node:http2';
-import { Agent, request } from 'node:https';
+import { Agent, request as httpsRequest } from 'node:https';
 import { connect as connectTls, type TLSSocket } from 'node:tls';
 import { asObject, type Plain, PreflightError } from '../core/index.js';
 import { runExecPlugin, type ExecCredential } from './exec.js';
 import type { Connection } from './kubeconfig.js';
 import { describeBytes, ListScanner, ListStreamError } from './list-stream.js';
+import { WatchScanner, WatchStreamError, type WatchEvent } from './watch-stream.js';
+import { openWebSocket, WebSocketError, type WebSocket } from './websocket.js';
 
 /** An answer of the API server that is not 2xx, or not the JSON object asked for. */
 export class KubernetesApiError extends PreflightError {
@@ -85,6 +96,12 @@ export interface CallOptions {
   onSent?: () => void;
 }
 
+/** A WebSocket to open: the subprotocols offered (most wanted first) and the largest message taken. */
+export interface UpgradeOptions extends Pick<CallOptions, 'deadline'> {
+  protocols: readonly string[];
+  maxMessageBytes: number;
+}
+
 /** Why a connection failed, in words, for the Node error codes an operator meets. */
 const CONNECT_WHY: Record<string, string> = {
   ECONNREFUSED: 'nothing listens there',
@@ -110,6 +127,19 @@ const ERROR_BODY_LIMIT = 64 << 10;
 
 const seconds = (ms: number): string => (ms % 1000 === 0 ? `${ms / 1000} s` : `${ms} ms`);
 
+/** The error an answer that is not 2xx stands for: the API server's Status message, its reason and the HTTP status. */
+function statusError(status: number, text: string, path: string): KubernetesApiError {
+  let body: Plain | undefined;
+  try {
+    body = asObject(JSON.parse(text));
+  } catch {
+    body = undefined;
+  }
+  const message = typeof body?.message === 'string' ? body.message.slice(0, 1000) : text.trim().slice(0, 200);
+  const reason = typeof body?.reason === 'string' ? body.reason : undefined;
+  return new KubernetesApiError(status, reason, path, `HTTP ${status}${reason ? ` ${reason}` : ''}: ${message || 'no message'}`);
+}
+
 /** A request under way: its answer's status and body, and the timer that ends it at its deadline (paused while the caller holds an item). */
 interface Exchange {
   status: number;
@@ -118,6 +148,8 @@ interface Exchange {
   /** Stops the deadline's clock (the caller works on what it was handed), and starts it again. */
   pause(): void;
   resume(): void;
+  /** From now on the exchange ends at `at` (a watch, once answered, runs until the caller's deadline). */
+  until(at: number, which: 'request' | 'caller'): void;
   /** The exchange is over: no timer, no listener left. */
   done(): void;
 }
@@ -128,6 +160,16 @@ interface Tls {
   cert?: string;
   key?: string;
 }
+
+/** One request: its method and path (with its query), and the JSON body of a POST. */
+interface Request {
+  method: 'GET' | 'POST';
+  path: string;
+  body?: Buffer;
+}
+
+/** "GET /api/v1/…", without the query, for messages. */
+const describeRequest = (request: Pick<Request, 'method' | 'path'>): string => `${request.method} ${request.path.split('?')[0]}`;
 
 export class KubernetesClient {
   /** HTTP/1.1 connections, when the API server speaks no HTTP/2. */
@@ -148,15 +190,112 @@ export class KubernetesClient {
   ) {}
 
   /** GET of one object (or a small List), read whole within `call.maxBytes`. */
-  async get(path: string, call: CallOptions = {}): Promise<Plain> {
+  get(path: string, call: CallOptions = {}): Promise<Plain> {
+    return this.object({ method: 'GET', path }, call);
+  }
+
+  /** POST of a JSON object (a SelfSubjectAccessReview); the answer's object, read whole within `call.maxBytes`. */
+  post(path: string, body: Plain, call: CallOptions = {}): Promise<Plain> {
+    return this.object({ method: 'POST', path, body: Buffer.from(JSON.stringify(body)) }, call);
+  }
+
+  /**
+   * GET of text (a container's log): its first `call.maxBytes` bytes, and
+   * whether there was more (then the rest is not read: ask the API server
+   * for no more, with the log's limitBytes, where it takes it).
+   */
+  async text(path: string, call: CallOptions = {}): Promise<{ text: string; cut: boolean }> {
     const limit = call.maxBytes ?? this.settings.maxBodyBytes;
-    const exchange = await this.open(path, call, false);
+    const exchange = await this.open({ method: 'GET', path }, call, false);
+    try {
+      const chunks: Buffer[] = [];
+      let size = 0;
+      for await (const chunk of exchange.body) {
+        chunks.push(chunk);
+        size += chunk.length;
+        if (size > limit) break;
+      }
+      const body = Buffer.concat(chunks, size);
+      return { text: body.subarray(0, limit).toString('utf8'), cut: size > limit };
+    } finally {
+      exchange.done();
+    }
+  }
+
+  /**
+   * A watch (`path` with watch=1): its events as they come, one at a time,
+   * each within `call.maxBytes`. The request's timeout holds until the API
+   * server answers; then the stream runs until it ends it (its
+   * timeoutSeconds) or `call.deadline` passes, when it ends too, without an
+   * error: the caller knows its own deadline.
+   */
+  async *watch(path: string, call: CallOptions & { deadline: number }): AsyncGenerator<WatchEvent> {
+    const request: Request = { method: 'GET', path };
+    let exchange: Exchange;
+    try {
+      exchange = await this.open(request, call, false);
+    } catch (error) {
+      if (error instanceof KubernetesDeadlineError && error.which === 'caller') return;
+      throw error;
+    }
+    const caller = Math.min(call.deadline, this.settings.deadline ?? Infinity);
+    exchange.until(caller, 'caller');
+    const scanner = new WatchScanner(call.maxBytes ?? this.settings.maxBodyBytes);
+    try {
+      for await (const chunk of exchange.body) for (const event of scanner.push(chunk)) yield event;
+    } catch (error) {
+      if (error instanceof KubernetesDeadlineError && error.which === 'caller') return;
+      if (error instanceof WatchStreamError) throw new KubernetesApiError(exchange.status, undefined, path, `the answer to the watch ${describeRequest(request)}: ${error.message}`);
+      throw error;
+    } finally {
+      exchange.done();
+    }
+  }
+
+  /**
+   * A WebSocket to the API server (the exec API), with this client's
+   * credentials and TLS, on an HTTP/1.1 connection of its own: resolves once
+   * the handshake is done. A refused handshake is the API's error (its Status
+   * message), as a refused GET is; the request's deadline holds until the
+   * handshake is done, the caller's for the connection after it.
+   */
+  async upgrade(path: string, options: UpgradeOptions, retried = false): Promise<WebSocket> {
+    const request: Request = { method: 'GET', path };
+    const deadline = this.deadlineOf(options);
+    if (deadline.at <= Date.now()) throw this.deadlineError(request, deadline.which);
+    const { tls, headers } = await this.identity(retried);
+    try {
+      return await openWebSocket({
+        url: new URL(`${this.connection.server}${path}`),
+        protocols: options.protocols,
+        headers,
+        tls: { ...tls, rejectUnauthorized: !this.connection.insecureSkipTlsVerify, servername: this.connection.tlsServerName },
+        deadline: deadline.at,
+        maxMessageBytes: options.maxMessageBytes,
+        maxErrorBytes: ERROR_BODY_LIMIT,
+      });
+    } catch (error) {
+      if (!(error instanceof WebSocketError)) throw this.connectError(error as NodeJS.ErrnoException);
+      if (error.timedOut) throw this.deadlineError(request, deadline.which);
+      if (error.status === undefined) throw error;
+      const refused = statusError(error.status, error.body ?? '', path);
+      // An exec credential the API server no longer takes: run the plugin again, once.
+      if (!retried && this.connection.exec && refused.status === 401) return this.upgrade(path, options, true);
+      throw refused;
+    }
+  }
+
+  /** A JSON object as the answer, read whole within `call.maxBytes`. */
+  private async object(request: Request, call: CallOptions): Promise<Plain> {
+    const limit = call.maxBytes ?? this.settings.maxBodyBytes;
+    const { path } = request;
+    const exchange = await this.open(request, call, false);
     try {
       const chunks: Buffer[] = [];
       let size = 0;
       for await (const chunk of exchange.body) {
         size += chunk.length;
-        if (size > limit) throw new KubernetesApiError(exchange.status, undefined, path, `the answer to GET ${path} is larger than ${describeBytes(limit)}`);
+        if (size > limit) throw new KubernetesApiError(exchange.status, undefined, path, `the answer to ${request.method} ${path} is larger than ${describeBytes(limit)}`);
         chunks.push(chunk);
       }
       let body: Plain | undefined;
@@ -165,7 +304,7 @@ export class KubernetesClient {
       } catch {
         body = undefined;
       }
-      if (!body) throw new KubernetesApiError(exchange.status, undefined, path, `the answer to GET ${path} is not a JSON object`);
+      if (!body) throw new KubernetesApiError(exchange.status, undefined, path, `the answer to ${request.method} ${path} is not a JSON object`);
       return body;
     } catch (error) {
       throw this.failure(error, exchange, path);
@@ -189,7 +328,7 @@ export class KubernetesClient {
       const query = new URLSearchParams({ limit: String(limit), ...(next !== undefined && { continue: next }) });
       let exchange: Exchange;
       try {
-        exchange = await this.open(`${path}${path.includes('?') ? '&' : '?'}${query}`, call, false);
+        exchange = await this.open({ method: 'GET', path: `${path}${path.includes('?') ? '&' : '?'}${query}` }, call, false);
       } catch (error) {
         if (next !== undefined && error instanceof KubernetesApiError && error.status === 410) {
           yield* this.wholeList(path, call);
@@ -218,7 +357,7 @@ export class KubernetesClient {
   }
 
   private async *wholeList(path: string, call: CallOptions): AsyncGenerator<Plain> {
-    yield* this.stream(await this.open(path, call, false), path, call);
+    yield* this.stream(await this.open({ method: 'GET', path }, call, false), path, call);
   }
 
   /** The items of one answer as they arrive; returns its other members (metadata). */
@@ -359,27 +498,39 @@ export class KubernetesClient {
     return caller < own ? { at: caller, which: 'caller' } : { at: own, which: 'request' };
   }
 
-  /** Sends a GET and resolves with a 2xx answer's headers (its body unread), or rejects with the API's error. */
-  private async open(path: string, call: CallOptions, retried: boolean): Promise<Exchange> {
+  /** Who we are, for one request: the TLS material and the headers (user agent, bearer token, impersonation). */
+  private async identity(retried: boolean): Promise<{ tls: Tls; headers: Record<string, string | string[]> }> {
     const c = this.connection;
-    const deadline = this.deadlineOf(call);
-    if (deadline.at <= Date.now()) throw this.deadlineError(path, deadline.which);
-    call.signal?.throwIfAborted();
     const credential = await this.credentialNow(retried);
     const tls: Tls = { ca: this.caNow(), cert: credential?.clientCertificate ?? c.clientCertificate, key: credential?.clientKey ?? c.clientKey };
-    this.useTls(tls);
-    const headers: Record<string, string | string[]> = { accept: 'application/json', 'user-agent': this.settings.userAgent };
+    const headers: Record<string, string | string[]> = { 'user-agent': this.settings.userAgent };
     const token = this.bearer(credential);
     if (token) headers.authorization = `Bearer ${token}`;
     if (c.impersonate?.user) headers['impersonate-user'] = c.impersonate.user;
     if (c.impersonate?.uid) headers['impersonate-uid'] = c.impersonate.uid;
     if (c.impersonate?.groups.length) headers['impersonate-group'] = c.impersonate.groups;
-    const exchange = await this.send(new URL(`${c.server}${path}`), tls, headers, path, deadline, call);
+    return { tls, headers };
+  }
+
+  /** Sends a request and resolves with a 2xx answer's headers (its body unread), or rejects with the API's error. */
+  private async open(request: Request, call: CallOptions, retried: boolean): Promise<Exchange> {
+    const c = this.connection;
+    const deadline = this.deadlineOf(call);
+    if (deadline.at <= Date.now()) throw this.deadlineError(request, deadline.which);
+    call.signal?.throwIfAborted();
+    const { tls, headers } = await this.identity(retried);
+    this.useTls(tls);
+    headers.accept = 'application/json';
+    if (request.body) {
+      headers['content-type'] = 'application/json';
+      headers['content-length'] = String(request.body.length);
+    }
+    const exchange = await this.send(new URL(`${c.server}${request.path}`), tls, headers, request, deadline, call);
     const status = exchange.status;
     if (status >= 200 && status < 300) return exchange;
-    const error = await this.errorOf(exchange, path);
+    const error = await this.errorOf(exchange, request.path);
     // An exec credential the API server no longer takes: run the plugin again, once (client-go does the same).
-    if (!retried && c.exec && error instanceof KubernetesApiError && error.status === 401) return this.open(path, call, true);
+    if (!retried && c.exec && error instanceof KubernetesApiError && error.status === 401) return this.open(request, call, true);
     throw error;
   }
 
@@ -399,21 +550,12 @@ export class KubernetesClient {
     } finally {
       exchange.done();
     }
-    const text = Buffer.concat(chunks).subarray(0, ERROR_BODY_LIMIT).toString('utf8');
-    let body: Plain | undefined;
-    try {
-      body = asObject(JSON.parse(text));
-    } catch {
-      body = undefined;
-    }
-    const message = typeof body?.message === 'string' ? body.message.slice(0, 1000) : text.trim().slice(0, 200);
-    const reason = typeof body?.reason === 'string' ? body.reason : undefined;
-    return new KubernetesApiError(status, reason, path, `HTTP ${status}${reason ? ` ${reason}` : ''}: ${message || 'no message'}`);
+    return statusError(status, Buffer.concat(chunks).subarray(0, ERROR_BODY_LIMIT).toString('utf8'), path);
   }
 
-  private deadlineError(path: string, which: 'request' | 'caller'): KubernetesDeadlineError {
-    const what = `GET ${path.split('?')[0]}`;
-    return new KubernetesDeadlineError(path, which, which === 'request' ? `no whole answer to ${what} within ${seconds(this.settings.requestTimeoutMs)}` : `no whole answer to ${what} before the deadline`);
+  private deadlineError(request: Pick<Request, 'method' | 'path'>, which: 'request' | 'caller'): KubernetesDeadlineError {
+    const what = describeRequest(request);
+    return new KubernetesDeadlineError(request.path, which, which === 'request' ? `no whole answer to ${what} within ${seconds(this.settings.requestTimeoutMs)}` : `no whole answer to ${what} before the deadline`);
   }
 
   /**
@@ -421,8 +563,9 @@ export class KubernetesClient {
    * the whole exchange's (a socket's `timeout` would be an idle timer, which
    * an answer dripped byte by byte never trips).
    */
-  private send(url: URL, tls: Tls, headers: Record<string, string | string[]>, path: string, deadline: { at: number; which: 'request' | 'caller' }, call: CallOptions): Promise<Exchange> {
+  private send(url: URL, tls: Tls, headers: Record<string, string | string[]>, request: Request, deadline: { at: number; which: 'request' | 'caller' }, call: CallOptions): Promise<Exchange> {
     const { signal, onSent } = call;
+    let which = deadline.which;
     return new Promise((resolve, reject) => {
       let ended: Error | undefined;
       let cancel: ((error: Error) => void) | undefined;
@@ -437,7 +580,7 @@ export class KubernetesClient {
       };
       const arm = (): void => {
         since = Date.now();
-        timer = setTimeout(() => end(this.deadlineError(path, deadline.which)), Math.max(0, left));
+        timer = setTimeout(() => end(this.deadlineError(request, which)), Math.max(0, left));
       };
       const onAbort = (): void => end(signal!.reason instanceof Error ? signal!.reason : new Error(String(signal!.reason)));
       let settled = false;
@@ -464,6 +607,12 @@ export class KubernetesClient {
             left -= Date.now() - since;
           },
           resume: arm,
+          until: (at, whose) => {
+            clearTimeout(timer);
+            left = at - Date.now();
+            which = whose;
+            arm();
+          },
           done,
         });
       };
@@ -471,7 +620,7 @@ export class KubernetesClient {
       signal?.addEventListener('abort', onAbort, { once: true });
 
       const overHttp1 = (): void => {
-        const req = request(url, { agent: this.agentFor(tls), headers });
+        const req = httpsRequest(url, { method: request.method, agent: this.agentFor(tls), headers });
         let response: IncomingMessage | undefined;
         cancel = (error) => {
           response?.destroy(error);
@@ -491,7 +640,7 @@ export class KubernetesClient {
           answered(res.statusCode ?? 0, res);
         });
         req.on('error', fail);
-        req.end();
+        req.end(request.body);
       };
 
       if (this.protocol === 'http/1.1') return overHttp1();
@@ -499,7 +648,8 @@ export class KubernetesClient {
         (session) => {
           if (ended) return fail(ended);
           if (session === 'http/1.1') return overHttp1();
-          const stream = session.request({ ':method': 'GET', ':path': `${url.pathname}${url.search}`, ...headers }, { endStream: true });
+          const stream = session.request({ ':method': request.method, ':path': `${url.pathname}${url.search}`, ...headers }, { endStream: request.body === undefined });
+          if (request.body) stream.end(request.body);
           cancel = (error) => stream.destroy(error);
           finish = () => {
             if (!stream.destroyed && !stream.readableEnded) stream.close(http2.NGHTTP2_CANCEL);

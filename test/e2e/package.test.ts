@@ -104,7 +104,7 @@ describe('bundle', () => {
     expect(out.status, out.stderr).toBe(0);
   });
 
-  it('the audit is a file of its own too: the application holds none of its code, and it loads only for `audit`', () => {
+  it('the audit and verify are a file of their own too: the application holds none of their code, and it loads only for `audit` and `verify`', () => {
     const app = readFileSync(path.join(art.dist, 'vram-preflight.app.js'), 'latin1');
     const audit = readFileSync(path.join(art.dist, 'vram-preflight.audit.cjs'), 'utf8');
     for (const marker of AUDIT_ONLY_MARKERS) {
@@ -120,10 +120,16 @@ describe('bundle', () => {
     expect(missing.status).toBe(1);
     expect(missing.stdout).toBe('');
     expect(missing.stderr).toBe('vram-preflight: the audit is not part of this install (no vram-preflight.audit.cjs next to gate)\n');
+    // verify is in the same file (it reads a pod with the audit's code).
+    const missingVerify = run(process.execPath, [launcher, 'verify', '--help'], { env, cwd: dir });
+    expect([missingVerify.status, missingVerify.stdout, missingVerify.stderr]).toEqual([1, '', 'vram-preflight: verify is not part of this install (no vram-preflight.audit.cjs next to gate)\n']);
     copyFileSync(path.join(art.dist, 'vram-preflight.audit.cjs'), path.join(dir, 'vram-preflight.audit.cjs'));
     const help = run(process.execPath, [launcher, 'audit', '--help'], { env, cwd: dir });
     expect(help.status, help.stderr).toBe(0);
     expect(help.stdout).toContain('vram-preflight audit [--namespace NS]');
+    const verifyHelp = run(process.execPath, [launcher, 'verify', '--help'], { env, cwd: dir });
+    expect(verifyHelp.status, verifyHelp.stderr).toBe(0);
+    expect(verifyHelp.stdout).toContain('vram-preflight verify --namespace NS (--pod NAME | --selector SELECTOR)');
   });
 
   it('fails with nothing on stdout and the message on stderr', () => {

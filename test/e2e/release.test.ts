@@ -305,7 +305,7 @@ describe('npm run release', () => {
     const names = entries.map((e) => e.name.replace(/^package\//, '')).sort();
     const docs = (readdirSync(path.join(ROOT, 'docs'), { recursive: true }) as string[]).map((d) => `docs/${d}`).filter((d) => statSync(path.join(ROOT, d)).isFile());
     expect(names).toEqual(
-      ['README.md', 'bin/node-version-guard.cjs', 'dist/vram-preflight.app.js', 'dist/vram-preflight.cjs', 'dist/vram-preflight.webhook.cjs', 'dist/vram-preflight.audit.cjs', 'package.json', 'src/audit.schema.json', 'src/config.schema.json', 'src/report.schema.json', 'CHANGELOG.md', ...docs].sort(),
+      ['README.md', 'bin/node-version-guard.cjs', 'dist/vram-preflight.app.js', 'dist/vram-preflight.cjs', 'dist/vram-preflight.webhook.cjs', 'dist/vram-preflight.audit.cjs', 'package.json', 'src/audit.schema.json', 'src/config.schema.json', 'src/report.schema.json', 'src/verify.schema.json', 'CHANGELOG.md', ...docs].sort(),
     );
     const pluginBundle = tarEntries(path.join(out1, ARCHIVE)).find((e) => e.name === 'vram-preflight/dist/vram-preflight.cjs')!;
     const npmBundle = entries.find((e) => e.name === 'package/dist/vram-preflight.cjs')!;

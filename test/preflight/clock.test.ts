@@ -77,6 +77,14 @@ describe.each(AWKS)('the clock program under %s', (_name, awk) => {
     expect(st.el).toBeCloseTo(3, 3);
   });
 
+  it('a logged round holds two queries (the reading, and what holds the memory), each up to its limit: counted, not taken for a clock set', () => {
+    let st: State = { el: 0, zero: '1000', prev: '1000', psrc: 'd' };
+    st = tick(awk, st, '1022', 'd', 0.5, 10); // a 0.5 s pause and two queries cut at 10 s each
+    expect(st.el).toBeCloseTo(21, 3);
+    st = tick(awk, st, '1045', 'd', 0.5, 10); // more than a round can take: one pause
+    expect(st.el).toBeCloseTo(21.5, 3);
+  });
+
   it('no clock at all: one pause a round', () => {
     let st: State = { el: 0, zero: '0', prev: '', psrc: 'n' };
     st = tick(awk, st, '', 'n', 0.25, 10);

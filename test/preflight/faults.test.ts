@@ -239,7 +239,7 @@ describe.each(SHELLS)('faults under $name', (shell) => {
       notExeced(r);
       expect(r.ms).toBeGreaterThanOrEqual(3000);
       expect(r.ms).toBeLessThan(3000 + 5000); // not the 30 s per-query limit
-      expect(r.appsQueries).toBe(0); // nvidia-smi is hung: no second question
+      expect(r.appsQueries).toBe(1); // the first waiting line's; nvidia-smi is hung: no question after it
       expect(r.lines.at(-1)).toMatch(
         /^vram-preflight: gave up after \d+\.\d s \(timeout 3 s\) waiting for GPU memory before starting vLLM: nvidia-smi did not answer within the [23] s that were left\. This is the preflight's wait/,
       );
@@ -247,10 +247,13 @@ describe.each(SHELLS)('faults under $name', (shell) => {
       await nothingLeft(r);
     });
 
-    it('a hung --query-compute-apps at the timeout is cut short too', async () => {
+    it('a hung --query-compute-apps at the timeout is cut short too, and on a waiting line', async () => {
       const r = await fault(shell, { settings: { timeoutSeconds: 1 }, readings: [{ out: SHORT }], appsHang: true });
       expect(r.code).toBe(EXIT_TIMEOUT);
-      expect(r.ms).toBeLessThan(1000 + 6000);
+      // two apps queries, each cut at the 2 s limit: the first waiting line's, and the timeout's
+      expect(r.appsQueries).toBe(2);
+      expect(r.ms).toBeLessThan(1000 + 2 * 2000 + 5000);
+      expect(r.lines[0]).toMatch(/; holding GPU memory: none that nvidia-smi can see from this container \(look on the node\)$/);
       expect(r.lines.at(-1)).toContain('Still holding GPU memory: none that nvidia-smi can see');
       await nothingLeft(r);
     });
@@ -368,7 +371,7 @@ describe.each(SHELLS)('faults under $name', (shell) => {
       expect(r.lines).toHaveLength(2);
       onlyOurLines(r);
       // the run directory holds only what the fakes recorded: the script wrote nothing
-      expect(r.files.filter((f) => !/^(bin|busybox-bin|engine.*|not-executable|reading\.\d+.*|apps|queries|all-queries|sleeps|deadline-sleeps|smi-pids)$/.test(f))).toEqual([]);
+      expect(r.files.filter((f) => !/^(bin|busybox-bin|engine.*|not-executable|reading\.\d+.*|apps|apps-calls|queries|all-queries|sleeps|deadline-sleeps|smi-pids)$/.test(f))).toEqual([]);
     });
 
     it('the only write is the termination message, and it works as uid 65534', async () => {

@@ -16,6 +16,7 @@
  */
 
 import { checkSettings, type CheckedUtilization, type PreflightSettings } from './settings.js';
+import { awkLine, LOG_PREFIX, shellText } from './lines.js';
 
 /** First characters of every generated script; also how a wrapped container is recognised. */
 export const PREFLIGHT_MARKER_PREFIX = '# vram-preflight ';
@@ -92,7 +93,7 @@ BEGIN { nf = split(fields, w, ",") }
   k++; id[k] = trim(a[1]); uu[k] = trim(a[2]); tot[k] = trim(a[3]); fr[k] = trim(a[4]); mig[k] = trim(a[5]); rs[k] = trim(a[6]) }
 END {
   e1 = sprintf("%.1f", el)
-  if (rc == 124 && lim < q) { print "late gave up after " sprintf("%.1f", el + lim) " s (timeout " ts " s) waiting for GPU memory before starting vLLM: nvidia-smi did not answer within the " lim " s that were left"; exit }
+  if (rc == 124 && lim < q) { print ${awkLine('gaveUp', { waited: 'sprintf("%.1f", el + lim)', timeout: 'ts', why: { format: 'lateWhy', values: { left: 'lim' } } }, 'late ')}; exit }
   if (rc == 124) bad = "nvidia-smi did not answer within " lim " s and was killed (it hangs like this when the driver is wedged, e.g. after Xid 79 \\"GPU has fallen off the bus\\")"
   else if (rc != 0) bad = "nvidia-smi failed (exit status " rc ")"
   else if (!bad && !k) bad = "nvidia-smi listed no GPU"
@@ -129,20 +130,20 @@ END {
     }
     need = req + ctx + h; how = req " for vLLM: " u " x " ct " MiB CUDA total" (r ? " = " tot[j] " - " r " reserved" : " = " tot[j] ", no reserve reported") "; " ctx " for its CUDA context; " h " headroom"
     if (need > ct - 1) {
-      # More than it can have free: cut to what an idle GPU surely shows, never below the request of vLLM (docs/restart-race.md, section 6: the threshold).
+      # More than it can have free: cut to what an idle GPU surely shows, never below what vLLM requests (docs/restart-race.md, section 6).
       idle = r ? ct - 64 : req
       if (idle < req) idle = req
       need = idle; how = (r ? "the CUDA total less 64 MiB an idle GPU may use" : "the request of vLLM alone, no reserve reported") ", as " how " would be more: vLLM itself decides"
     }
     gap = need - dec(fr[j])
-    if (g == "" || gap > worst) { worst = gap; g = "GPU " id[j] " has " fr[j] " MiB free, needs " need " MiB (" how ")" }
+    if (g == "" || gap > worst) { worst = gap; g = ${awkLine('tightest', { gpu: 'id[j]', free: 'fr[j]', need: 'need', how: 'how' })} }
     if (gap > 0) short++
   }
   if (bad) { print "bad " bad; exit }
-  more = short > 1 ? "; " short - 1 " more GPU(s) short" : ""
-  if (!short) print "ok " (first == "" ? "" : "GPU memory arrived after " e1 " s of waiting; ") n " GPU(s) checked, tightest: " g "; starting"
-  else if (el >= ts) print "timeout gave up after " e1 " s (timeout " ts " s) waiting for GPU memory before starting vLLM: " g more
-  else print "wait " 32 + cap " waiting for GPU memory before starting vLLM: " g more "; waited " e1 " s (timeout " ts " s)"
+  more = short > 1 ? ${awkLine('moreShort', { count: 'short - 1' })} : ""
+  if (!short) print "ok " (first == "" ? "" : ${awkLine('arrived', { waited: 'e1' })}) ${awkLine('checked', { gpus: 'n', tightest: 'g' })}
+  else if (el >= ts) print ${awkLine('gaveUp', { waited: 'e1', timeout: 'ts', why: 'g more' }, 'timeout ')}
+  else print "wait " 32 + cap ${awkLine('waiting', { tightest: 'g', moreShort: 'more', waited: 'e1', timeout: 'ts', holding: '' }, ' ')}
 }`;
 
 /**
@@ -154,16 +155,17 @@ END {
  * counted from the whole second after the first reading (`zero` + 1: the wall-clock
  * second at which the count stands at 0), and never less than the pauses slept since
  * (each round sleeps at least one pause): at most 2 s short. The wall clock jumps when it
- * is set, so a step no round can take (backwards, or longer than a pause, a query and
- * 2 s) counts as one pause and the count starts afresh from there; with no clock at all
- * every round counts as one pause. Either way the timeout fires late, never early.
+ * is set, so a step no round can take (backwards, or longer than a pause, two queries
+ * (the reading and, for a logged line, what holds the memory) and 2 s) counts as one pause
+ * and the count starts afresh from there; with no clock at all every round counts as one
+ * pause. Either way the timeout fires late, never early.
  * Prints the elapsed seconds, the next query's limit (the per-query limit, cut to the time
  * that is left, at least 2 s), whether this round logs (1) or not (0), and `zero`.
  */
 export const CLOCK_AWK = `BEGIN {
   d = raw - prev
   if (src == "u" && psrc == "u") el += d
-  else if (src == "d" && psrc == "d" && d >= 0 && d <= poll + lim + 2) { el += poll; if (raw - zero - 1 > el) el = raw - zero - 1 }
+  else if (src == "d" && psrc == "d" && d >= 0 && d <= poll + 2 * lim + 2) { el += poll; if (raw - zero - 1 > el) el = raw - zero - 1 }
   else { el += poll; if (src == "d") zero = raw - el }
   left = ts - el
   l = left < 2 ? 2 : int(left) + (left > int(left)); if (l > q) l = q
@@ -211,8 +213,8 @@ const TREE_AWK = `BEGIN {
   for (p in kin) if (p != root) print p
 }`;
 
-/** Formats nvidia-smi --query-compute-apps output for the timeout message. */
-const APPS_AWK = `-F', *' 'NF >= 2 { a = a (a ? ", " : "") "pid " $1 " (" $2 " MiB)" } END { print a ? a : "none that nvidia-smi can see from this container (look on the node)" }'`;
+/** Formats nvidia-smi --query-compute-apps output for the waiting lines and the timeout message. */
+const APPS_AWK = `-F', *' 'NF >= 2 { a = a (a ? ", " : "") ${awkLine('holder', { pid: '$1', mib: '$2' })} } END { print a ? a : ${awkLine('noHolder')} }'`;
 
 /** The loop that takes the last --gpu-memory-utilization of `list`, in any spelling vLLM accepts. */
 function lastFlagLoop(list: string): string {
@@ -278,11 +280,11 @@ function head(version: string, s: { util: string; headroom: string; contextOne: 
 # shellcheck disable=SC2006 # backticks instead of dollar-paren, for the reason above
 util=${util} headroom_mib=${headroom} context_mib=${contextOne} context_several_mib=${contextSeveral} timeout_s=${timeout} poll_s=${poll} log_s=${logEvery} on_unavailable=${mode} smi_limit_s=${smiLimit}
 msg_file=${msgFile}
-say() { printf 'vram-preflight: %s\\n' "$*" >&2; }
-die() { [ -z "$mark" ] || sweep; say "$2"; printf 'vram-preflight: %s\\n' "$2" 2>/dev/null >"$msg_file" || :; exit "$1"; }
+say() { printf '${LOG_PREFIX}%s\\n' "$*" >&2; }
+die() { [ -z "$mark" ] || sweep; say "$2"; printf '${LOG_PREFIX}%s\\n' "$2" 2>/dev/null >"$msg_file" || :; exit "$1"; }
 unavailable() {
   [ "$on_unavailable" = warn ] || die ${EXIT_NVIDIA_SMI_UNAVAILABLE} "cannot check GPU memory, not starting vLLM (on-nvidia-smi-unavailable: fail): $1"
-  say "WARNING: cannot check GPU memory, starting vLLM WITHOUT waiting: $1"
+  say "${shellText('unchecked', { why: '$1' })}"
 }
 [ "$#" -gt 0 ] || die ${EXIT_NO_COMMAND} 'no command to start after --'
 # A start that cannot run would fail only after the whole wait, with exec's terse error: say so now.
@@ -338,7 +340,7 @@ read -r me _ _ dad _ 2>/dev/null </proc/self/stat || me=''
 stop() {
   [ -z "$job" ] || reap "$job" "$me"
   [ -z "$mark" ] || sweep
-  say "$1 while waiting for GPU memory, exiting"; exit "$2"
+  say "${shellText('signal', { signal: '$1' })}"; exit "$2"
 }
 trap 'stop SIGTERM ${EXIT_SIGTERM}' TERM
 trap 'stop SIGINT ${EXIT_SIGINT}' INT
@@ -390,6 +392,10 @@ const POLL = `# One reading and its verdict, as a background job; it says what i
 # answers exit status 2: ask again without it.
 # shellcheck disable=SC2016 # an awk program: its $ are awk's, not the shell's
 judge='${JUDGE_AWK.trim()}'
+# What holds GPU memory, into apps: only for a logged waiting line, and at the timeout.
+holders() {
+  apps=\`smi --query-compute-apps=pid,used_memory --format=csv,noheader,nounits 2>/dev/null | awk ${APPS_AWK}\`
+}
 poll() {
   for fields in ${QUERY_FIELDS.join(' ')}; do
     if out=\`smi --query-gpu="$fields" --format=csv,noheader,nounits\`; then rc=0; else rc=$?; fi
@@ -398,14 +404,17 @@ poll() {
   r=\`printf '%s\\n' "$out" | awk -v fields="$fields" -v rc="$rc" -v u="$util" -v h="$headroom_mib" -v c1="$context_mib" -v cm="$context_several_mib" -v ts="$timeout_s" -v el="$el" -v lim="$lim" -v q="$smi_limit_s" -v first="$first" -v cvs="\${CUDA_VISIBLE_DEVICES+set}" -v cvd="\${CUDA_VISIBLE_DEVICES-}" "$judge"\` || r="bad awk is missing or failed (exit status $?)"
   case $r in
   ok\\ *) say "\${r#ok }"; exit 0 ;;
-  mig\\ *) say "NOTE: \${r#mig }"; exit ${POLL_START_UNCHECKED} ;;
+  mig\\ *) say "${shellText('mig', { why: '${r#mig }' })}"; exit ${POLL_START_UNCHECKED} ;;
   never\\ *) die ${EXIT_BAD_UTILIZATION} "\${r#never }" ;;
   bad\\ *) unavailable "\${r#bad }"; exit ${POLL_START_UNCHECKED} ;;
   late\\ *) die ${EXIT_TIMEOUT} "\${r#late }. This is the preflight's wait, not vLLM's check: nvidia-smi hangs when the driver is wedged; look at the node." ;;
   timeout\\ *)
-    apps=\`smi --query-compute-apps=pid,used_memory --format=csv,noheader,nounits 2>/dev/null | awk ${APPS_AWK}\`
-    die ${EXIT_TIMEOUT} "\${r#timeout }. Still holding GPU memory: $apps. This is the preflight's wait, not vLLM's check: find what keeps the memory (often an orphaned vLLM EngineCore or worker, or a sidecar) or raise the preflight timeout." ;;
-  wait\\ *) r=\${r#wait }; [ "$logit" = 0 ] || say "\${r#* }"; exit "\${r%% *}" ;;
+    holders
+    die ${EXIT_TIMEOUT} "${shellText('stillHolding', { gaveUp: '${r#timeout }', holders: '$apps' })}" ;;
+  wait\\ *)
+    r=\${r#wait }
+    [ "$logit" = 0 ] || { holders; say "\${r#* }${shellText('holding', { holders: '$apps' })}"; }
+    exit "\${r%% *}" ;;
   esac
   unavailable "unexpected verdict: $r"
   exit ${POLL_START_UNCHECKED}
