@@ -1,10 +1,4 @@
-import os from 'node:os';
 import { defineConfig } from 'vitest/config';
-
-// Most unit files wait on real time, not on the CPU: the preflight under three shells
-// polls, sleeps and times out for real, servers answer over sockets. vitest's default
-// (one worker fewer than the CPUs) runs them one by one on a 2-core machine.
-const UNIT_WORKERS = Math.max(2, os.availableParallelism());
 
 // The tests against the real cluster (scripts/cluster.sh) share one
 // kube-apiserver and one node: their webhook configurations are cluster-wide,
@@ -20,7 +14,7 @@ export default defineConfig({
     testTimeout: 20_000,
     hookTimeout: 60_000,
     projects: [
-      { extends: true, test: { name: 'unit', include: ['test/**/*.test.ts'], exclude: [...CLUSTER_TESTS, '**/node_modules/**'], maxWorkers: UNIT_WORKERS } },
+      { extends: true, test: { name: 'unit', include: ['test/**/*.test.ts'], exclude: [...CLUSTER_TESTS, '**/node_modules/**'] } },
       { extends: true, test: { name: 'cluster', include: CLUSTER_TESTS, fileParallelism: false } },
     ],
   },

@@ -51,7 +51,9 @@ node scripts/build.mjs
 
 # The two vitest projects side by side, as two processes: in one, vitest runs the cluster
 # project (its files one at a time, vitest.config.ts) only after every unit file, and the
-# suite takes the sum of both. The cluster is built and started first, beside the type
+# suite takes the sum of both (the unit files go one at a time too, vitest's default on 2
+# cores: two at a time made the preflight's timing tests seconds late). The cluster is
+# built and started first, beside the type
 # check only: the Go linker takes both cores for a minute, and the preflight's timing
 # tests ran seconds late under it. The cluster project's output is printed after the
 # unit project's.

@@ -102,7 +102,7 @@ describe('vLLM in a shell script: the reader answers as bash runs it', () => {
     );
     expect(compared).toBeGreaterThan(100);
     expect(started).toBeGreaterThan(20);
-  });
+  }, 90_000); // hundreds of bash runs: 21 s on a busy 2-core machine, past the 20 s default
 
   it('a Unicode space does not separate words for the shell: "exec<NBSP>vllm<EM SPACE>serve" runs no vLLM', () => {
     expect(argvStartsVllm(['sh', '-c', 'exec\u00a0vllm\u2003serve m'])).toBe(false);
