@@ -103,13 +103,13 @@ describe('bounded memory (Hardening rows 1-3)', () => {
       expect(max(run.legitMs)).toBeLessThan(1000);
     }
     // Nothing stays in flight once the attacker is gone (a request it left behind ends at its 5 s deadline at most, checked
-    // once a second; a busy 2-core machine has been seen to need more than 7 s in all, and 15 s with the suite's unit
-    // files two at a time beside the cluster's: 40 s is room, not the claim).
+    // once a second; a busy 2-core machine has been seen to need more than 7 s in all, 15 s and once more than 40 s with
+    // the cluster's tests beside: 90 s is room, not the claim; the backlog is the attack's bodies still being decided).
     const settled = performance.now();
-    while ((await metric(child, 'vram_preflight_webhook_in_flight_requests')) > 1 && performance.now() - settled < 40_000) await new Promise((resolve) => setTimeout(resolve, 200));
+    while ((await metric(child, 'vram_preflight_webhook_in_flight_requests')) > 1 && performance.now() - settled < 90_000) await new Promise((resolve) => setTimeout(resolve, 200));
     c.figure(1, `in flight again 0 after ${(performance.now() - settled).toFixed(0)} ms`);
     expect(await metric(child, 'vram_preflight_webhook_in_flight_requests')).toBe(1);
-  }, 180_000);
+  }, 240_000);
 
   it('row 2: a client opening 5,000 /mutate streams on one HTTP/2 connection gets at most 100 at once (the rest refused, then the connection closed); a legitimate admission does not wait', async () => {
     const child = await webhook();
