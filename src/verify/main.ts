@@ -24,6 +24,7 @@ import type { Options } from '../config/sources.js';
 import { quoteBounded } from '../config/suggest.js';
 import { escapeControl, PreflightError, redactUserinfo, type RegistryAnswers, VERSION } from '../core/index.js';
 import { ITEM_LIMIT } from '../audit/audit.js';
+import type { AuditIO } from '../audit/main.js';
 import { KubernetesApiError, KubernetesClient, KubernetesDeadlineError, loadConnection, SERVICE_ACCOUNT_DIR } from '../kubernetes/index.js';
 import { COMMAND_BUDGET, registryOptions } from '../registry/options.js';
 import { DEFAULT_ROUND_GAP_MS, signalAt } from './backoff.js';
@@ -164,14 +165,8 @@ function roundGap(text: string | undefined): number {
   return ms;
 }
 
-export interface VerifyIO {
-  stdout: { write(text: string): unknown };
-  stderr: { write(text: string): unknown };
-  env: Readonly<Record<string, string | undefined>>;
-  readFile(path: string): string;
-  exists(path: string): boolean;
-  home?: string;
-}
+/** The same edges as the audit's: streams, the environment and the kubeconfig's files. */
+export type VerifyIO = AuditIO;
 
 /** The checks before anything happens, on stderr, when they stop the run (stdout stays empty on an error). */
 function sayChecks(io: VerifyIO, checks: readonly Check[]): void {
